@@ -1,0 +1,1 @@
+"""The ``fedaug`` command line: one module per subcommand."""

@@ -1,0 +1,43 @@
+"""``fedaug``: entry point; dispatches to one module per subcommand, turns errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fedaug import __version__
+from fedaug.cli import list_cmd, resume_cmd, run_cmd
+from fedaug.core.errors import FedaugError
+
+SUBCOMMANDS = (run_cmd, resume_cmd, list_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedaug",
+        description="Federated learning on heterogeneous clients with federated augmentation.",
+        epilog="Run 'fedaug COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"fedaug {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 a user error with its message on stderr)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except FedaugError as exc:
+        print(f"fedaug: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedaug: interrupted; continue with 'fedaug resume <run dir>'", file=sys.stderr)
+        return 130

@@ -1,0 +1,22 @@
+"""``fedaug resume <run dir>``: finish an interrupted run from its newest checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+from fedaug.cli.run_cmd import add_output_flags, finish
+from fedaug.engine.simulate import resume_experiment
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("resume", help="finish an interrupted run",
+                       description="Continue a run from its newest checkpoint; the result equals an "
+                                   "uninterrupted run's.")
+    p.add_argument("run_dir", help="the run directory 'fedaug run' printed")
+    add_output_flags(p)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet)
+    return finish(summary, run_dir, args.format)

@@ -1,0 +1,49 @@
+"""``fedaug run [config|preset] [key=value ...]``: run one experiment into a new run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from fedaug.config.load import load_config
+from fedaug.engine.simulate import run_experiment
+from fedaug.report.table import results_table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run one experiment (default: the digits4 preset)",
+                       description="Run one experiment and write a run directory.")
+    p.add_argument("source", nargs="?", default=None,
+                   help="a preset name (fedaug list presets) or a TOML config file; default: digits4")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="override config values, e.g. train.rounds=5 method.options.fedavg.bn=local")
+    add_output_flags(p)
+    p.set_defaults(func=main)
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="print the results as a Markdown table (default) or the summary as JSON")
+
+
+def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
+    """Write the report, print the results and the run directory."""
+    table = results_table(summary)
+    run_dir.write_report(f"# {summary['name']}\n\n{table}\n")
+    if fmt == "json":
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(table)
+        print(f"\nrun directory: {run_dir.path}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.source is not None and "=" in args.source:  # only overrides were given
+        args.overrides.insert(0, args.source)
+        args.source = None
+    cfg, _ = load_config(args.source, args.overrides)
+    summary, run_dir = run_experiment(cfg, quiet=args.quiet)
+    return finish(summary, run_dir, args.format)

@@ -1,0 +1,112 @@
+"""Reading configs (TOML file or preset), ``key=value`` overrides, and writing the resolved TOML."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedaug.config.presets import PRESETS, preset_path
+from fedaug.config.schema import RunConfig, validate
+from fedaug.core.errors import ConfigError, suggest
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override value as TOML (``0.1``, ``true``, ``"a"``, ``[1, 2]``); bare words are
+    strings and ``[a, b]`` is a list of bare words.
+
+    >>> parse_value("0.5"), parse_value("sgd"), parse_value("[fedrdn, fedfa]")
+    (0.5, 'sgd', ['fedrdn', 'fedfa'])
+    """
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    s = text.strip()
+    if s.startswith("[") and s.endswith("]"):
+        return [parse_value(item) for item in s[1:-1].split(",") if item.strip()]
+    return s
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with each ``dotted.key=value`` applied (tables created as needed).
+
+    Raises:
+        ConfigError: an override without ``=`` or with an empty key.
+    """
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
+        *tables, leaf = key.strip().split(".")
+        node = out
+        for t in tables:
+            node = node.setdefault(t, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{t}' is a value, not a table")
+        node[leaf] = parse_value(value)
+    return out
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file, with errors that name the file and the fix."""
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist; give a TOML file or a preset ({', '.join(PRESETS)})")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file '{path}' is not valid TOML: {exc}") from None
+
+
+def load_config(source: str | None = None, overrides: Sequence[str] = ()) -> tuple[RunConfig, str]:
+    """Resolve a config from a preset name or TOML path (default preset when ``None``) plus overrides.
+
+    Returns:
+        The validated config and a label of where it came from (preset name or file path).
+    """
+    source = source or "digits4"
+    if source in PRESETS:
+        path, label = preset_path(source), source
+    elif source.endswith(".toml") or Path(source).exists():
+        path, label = Path(source), source
+    else:
+        raise ConfigError(
+            f"'{source}' is neither a preset nor a TOML file; presets: {', '.join(PRESETS)}"
+            f"{suggest(source, PRESETS)}"
+        )
+    raw = read_toml(path)
+    cfg = parse_config(apply_overrides(raw, overrides))
+    if not cfg.name:
+        cfg.name = label if source in PRESETS else path.stem
+    return cfg, label
+
+
+def parse_config(raw: dict[str, Any]) -> RunConfig:
+    """Validate a nested dict into a :class:`RunConfig` (see :func:`fedaug.config.schema.validate`)."""
+    return validate(raw)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ConfigError(f"cannot write {v!r} ({type(v).__name__}) to TOML")
+
+
+def dump_toml(d: dict[str, Any], _prefix: str = "") -> str:
+    """Write a nested dict of scalars, lists and tables as TOML (tables after values)."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for k, v in d.items():
+        if isinstance(v, dict):
+            name = f"{_prefix}{k}"
+            body = dump_toml(v, f"{name}.")
+            lines.append(f"\n[{name}]\n{body}" if body else f"\n[{name}]")
+    return "\n".join(lines).lstrip("\n") + ("\n" if not _prefix else "")

@@ -1,0 +1,29 @@
+"""Presets: TOML configs shipped with fedaug; the first comment line is the one-line description."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fedaug.core.errors import ConfigError, unknown_name
+
+_DIR = Path(str(resources.files("fedaug") / "presets"))
+
+
+def _scan() -> dict[str, str]:
+    out = {}
+    for path in sorted(_DIR.glob("*.toml")):
+        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
+        out[path.stem] = first.lstrip("# ").strip()
+    return out
+
+
+#: preset name -> one-line description
+PRESETS: dict[str, str] = _scan()
+
+
+def preset_path(name: str) -> Path:
+    """The TOML file of preset ``name``."""
+    if name not in PRESETS:
+        raise ConfigError(unknown_name("preset", name, PRESETS))
+    return _DIR / f"{name}.toml"

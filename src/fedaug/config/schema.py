@@ -1,0 +1,176 @@
+"""The run configuration schema: nested dataclasses whose fields carry their help and limits.
+
+Validation is generic over the schema: unknown keys name the valid ones (and the closest), bad
+types and values name the allowed range or choices; every problem is collected and raised once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedaug.core.errors import ConfigError, suggest
+
+
+def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | None = None,
+        hi: float | None = None, lo_open: bool = False, nullable: bool = False) -> Any:
+    """A schema field with its help text and limits (``lo_open``: the lower limit is excluded)."""
+    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "nullable": nullable}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class DataConfig:
+    name: str = opt("digits4", "registered dataset (fedaug list datasets)")
+    options: dict[str, Any] = opt({}, "the dataset's own options (fedaug list datasets)")
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("small_cnn", "registered model (fedaug list models)")
+    options: dict[str, Any] = opt({}, "the model's own options")
+
+
+@dataclass
+class MethodConfig:
+    base: str = opt("fedavg", "base algorithm (fedaug list methods)")
+    augs: list[str] = opt([], "augmentations, applied in this order")
+    options: dict[str, dict[str, Any]] = opt({}, "per-component options, e.g. [method.options.fedavg]")
+
+
+@dataclass
+class TrainConfig:
+    rounds: int = opt(30, "communication rounds", lo=1)
+    participation: float = opt(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
+    local_epochs: int = opt(None, "local epochs per round (default 1 when local_steps is unset)", lo=1, nullable=True)
+    local_steps: int = opt(None, "local optimiser steps per round (instead of local_epochs)", lo=1, nullable=True)
+    batch_size: int = opt(32, "local mini-batch size", lo=1)
+    drop_last: bool = opt(True, "drop each epoch's incomplete last batch")
+    optimizer: str = opt("sgd", "local optimiser", choices=("sgd", "adam"))
+    lr: float = opt(0.01, "local learning rate (round 1)", lo=0.0, lo_open=True)
+    momentum: float = opt(0.9, "SGD momentum", lo=0.0, hi=1.0)
+    weight_decay: float = opt(5e-4, "L2 weight decay", lo=0.0)
+    lr_schedule: str = opt("constant", "learning rate across rounds",
+                           choices=("constant", "exponential", "cosine", "step"))
+    lr_decay: float = opt(0.98, "per-round factor (exponential) or per-step factor (step)", lo=0.0, hi=1.0, lo_open=True)
+    lr_step_rounds: int = opt(10, "rounds between decays (step schedule)", lo=1)
+    lr_min: float = opt(0.0, "floor of the learning rate (exponential, cosine)", lo=0.0)
+    min_clients: int = opt(1, "fewest valid uploads a round needs to aggregate", lo=1)
+
+
+@dataclass
+class EvalConfig:
+    every: int = opt(1, "evaluate the global model every N rounds (and after the last)", lo=1)
+    batch_size: int = opt(256, "evaluation batch size", lo=1)
+    best_by: str = opt("val", "split whose mean client accuracy picks the best round", choices=("val", "test"))
+
+
+@dataclass
+class RunConfig:
+    seed: int = opt(0, "seed of every random stream", lo=0)
+    name: str = opt("", "run name (default: preset or dataset-method)")
+    out_dir: str = opt("runs", "directory under which run directories are created")
+    checkpoint_every: int = opt(5, "write a checkpoint every N rounds (and after the last)", lo=1)
+    keep_checkpoints: int = opt(2, "how many most recent checkpoints to keep", lo=1)
+    threads: int = opt(2, "torch intra-op threads", lo=1)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (``None`` values omitted, as TOML has no null)."""
+        return _drop_none(dataclasses.asdict(self))
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+
+_TYPES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+          list: "a list", dict: "a table"}
+
+
+def _field_types(cls: type) -> dict[str, type]:
+    """Each field's runtime type (``dict[str, Any]`` -> ``dict``), annotations resolved."""
+    return {k: getattr(t, "__origin__", t) for k, t in typing.get_type_hints(cls).items()}
+
+
+def _check_value(key: str, value: Any, f: dataclasses.Field[Any], want: type) -> list[str]:
+    m = f.metadata
+    if value is None:
+        return [] if m["nullable"] else [f"'{key}' must be set"]
+    ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        return [f"'{key}' must be {_TYPES[want]}, got {value!r}"]
+    if m["choices"] and value not in m["choices"]:
+        return [f"'{key}' must be one of {', '.join(m['choices'])}, got {value!r}{suggest(str(value), m['choices'])}"]
+    lo, hi = m["lo"], m["hi"]
+    if lo is not None and (value <= lo if m["lo_open"] else value < lo) or hi is not None and value > hi:
+        lo_s = "" if lo is None else f"{'>' if m['lo_open'] else '>='} {lo}"
+        hi_s = "" if hi is None else f"<= {hi}"
+        return [f"'{key}' must be {' and '.join(s for s in (lo_s, hi_s) if s)}, got {value!r}"]
+    return []
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str, problems: list[str]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    types = _field_types(cls)
+    kwargs = {}
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            problems.append(f"unknown key '{path}'{suggest(key, fields)}; valid keys here: {', '.join(fields)}")
+            continue
+        f, tp = fields[key], types[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                problems.append(f"'{path}' must be a table, got {value!r}")
+                continue
+            kwargs[key] = _build(tp, value, f"{path}.", problems)
+        else:
+            problems.extend(_check_value(path, value, f, tp))
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def validate(raw: dict[str, Any]) -> RunConfig:
+    """Build a :class:`RunConfig` from a nested dict, checking every key and value.
+
+    Raises:
+        ConfigError: listing every problem found, one per line.
+    """
+    problems: list[str] = []
+    cfg = _build(RunConfig, raw, "", problems)
+    t = cfg.train
+    if t.local_epochs is not None and t.local_steps is not None:
+        problems.append("set either 'train.local_epochs' or 'train.local_steps', not both")
+    if t.local_epochs is None and t.local_steps is None:
+        t.local_epochs = 1
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return cfg
+
+
+def describe() -> list[tuple[str, Any, str]]:
+    """(key, default, help) for every schema field, for documentation and ``fedaug list keys``."""
+    rows: list[tuple[str, Any, str]] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        types = _field_types(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(types[f.name]):
+                walk(types[f.name], f"{prefix}{f.name}.")
+            else:
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                rows.append((f"{prefix}{f.name}", default, f.metadata["help"]))
+
+    walk(RunConfig, "")
+    return rows

@@ -1,0 +1,1 @@
+"""Core: errors, registries, seeded RNG streams, payloads and atomic serialisation."""

@@ -1,0 +1,49 @@
+"""The exception hierarchy of fedaug.
+
+Every error a user can cause derives from :class:`FedaugError`; the message says what was wrong,
+what was given, what is allowed and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FedaugError(Exception):
+    """Base class of every error fedaug raises on purpose."""
+
+
+class ConfigError(FedaugError, ValueError):
+    """A configuration key, value or combination is invalid."""
+
+
+class PayloadError(FedaugError, ValueError):
+    """A message part failed validation (missing/extra names, shape, dtype, non-finite values)."""
+
+
+class AttachError(FedaugError, LookupError):
+    """A module name to attach a layer after does not exist in the model."""
+
+    def __str__(self) -> str:  # LookupError/KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DataError(FedaugError, OSError):
+    """A data source is missing or malformed; the message shows the expected layout or install."""
+
+
+class CheckpointError(FedaugError, OSError):
+    """A run directory or checkpoint cannot be read (missing, truncated or corrupted)."""
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_name(kind: str, name: str, choices: Iterable[str]) -> str:
+    """Format the message for an unknown registry name, listing choices and the closest one."""
+    choices = sorted(choices)
+    return f"unknown {kind} '{name}'; choose from {', '.join(choices)}{suggest(name, choices)}"

@@ -1,0 +1,98 @@
+"""Message parts: named tensors exchanged between a component and its counterpart.
+
+A *part* is a flat ``dict[str, Tensor]`` owned by one component; a *message* maps component
+names to parts. Parts are validated on receipt against a *spec* (expected names, shapes, dtypes)
+and must hold finite values (DESIGN.md, invariant 3). Their sizes are what communication
+accounting counts (invariant 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedaug.core.errors import PayloadError
+
+Part = dict[str, Tensor]
+Message = dict[str, Part]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What one tensor of a part must look like.
+
+    Args:
+        shape: exact shape; ``None`` in a position accepts any size there.
+        dtype: exact dtype.
+        finite: require every value to be finite (floating dtypes only).
+    """
+
+    shape: tuple[int | None, ...]
+    dtype: torch.dtype
+    finite: bool = True
+
+    @classmethod
+    def like(cls, t: Tensor, finite: bool = True) -> "TensorSpec":
+        """The spec of a tensor with ``t``'s exact shape and dtype."""
+        return cls(tuple(t.shape), t.dtype, finite)
+
+    def problems(self, name: str, t: object) -> list[str]:
+        """Every way ``t`` fails this spec, one sentence each (empty when it passes)."""
+        if not isinstance(t, Tensor):
+            return [f"'{name}' must be a tensor, got {type(t).__name__}"]
+        out = []
+        if t.dtype != self.dtype:
+            out.append(f"'{name}' has dtype {t.dtype}, expected {self.dtype}")
+        ok_shape = len(t.shape) == len(self.shape) and all(
+            e is None or e == s for e, s in zip(self.shape, t.shape)
+        )
+        if not ok_shape:
+            want = tuple("*" if e is None else e for e in self.shape)
+            out.append(f"'{name}' has shape {tuple(t.shape)}, expected {want}")
+        if self.finite and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            out.append(f"'{name}' holds {bad} non-finite value(s) (NaN or inf)")
+        return out
+
+
+Spec = Mapping[str, TensorSpec]
+
+
+def validate_part(part: object, spec: Spec, where: str) -> Part:
+    """Check ``part`` against ``spec``; return it unchanged, or raise one error listing all problems.
+
+    Args:
+        part: the received part (should be a ``dict[str, Tensor]``).
+        spec: expected names and their :class:`TensorSpec`.
+        where: who sent what, for the message (``"uplink of client 3, part 'fedavg'"``).
+
+    Raises:
+        PayloadError: missing or unexpected names, wrong shapes or dtypes, non-finite values.
+    """
+    if not isinstance(part, Mapping):
+        raise PayloadError(f"{where}: expected a dict of tensors, got {type(part).__name__}")
+    problems = []
+    missing = sorted(set(spec) - set(part))
+    extra = sorted(set(part) - set(spec))
+    if missing:
+        problems.append(f"missing {', '.join(repr(m) for m in missing)}")
+    if extra:
+        problems.append(f"unexpected {', '.join(repr(e) for e in extra)}")
+    for name in sorted(set(spec) & set(part)):
+        problems.extend(spec[name].problems(name, part[name]))
+    if problems:
+        raise PayloadError(f"{where}: " + "; ".join(problems))
+    return dict(part)
+
+
+def part_nbytes(part: Mapping[str, Tensor]) -> int:
+    """Bytes of the tensors' data in ``part`` (numel x element size; names and framing excluded)."""
+    return sum(t.numel() * t.element_size() for t in part.values())
+
+
+def message_nbytes(message: Mapping[str, Mapping[str, Tensor]]) -> dict[str, int]:
+    """Bytes per component of a message."""
+    return {name: part_nbytes(part) for name, part in message.items()}

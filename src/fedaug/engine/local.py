@@ -1,0 +1,116 @@
+"""The one local training loop: every component's client hooks around plain mini-batch SGD/Adam."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from fedaug.config.schema import TrainConfig
+from fedaug.core.errors import ConfigError
+from fedaug.core.payload import Message
+from fedaug.core.rng import scoped_global_seed
+from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.recipe import Recipe
+
+TaskLoss = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class ClientResult:
+    """A client's round: its uplink message, its new per-client state and its training metrics."""
+
+    uplink: Message
+    state: dict[str, State]
+    metrics: dict[str, float]
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """A fresh local optimiser (state is never carried between rounds or clients)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+    raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
+
+
+def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
+    """Index tensors of the round's mini-batches, reshuffling every epoch.
+
+    ``local_steps`` takes exactly that many batches (epochs continue as needed); otherwise
+    ``local_epochs`` full passes. With ``drop_last`` the incomplete batch of an epoch is dropped,
+    unless the client has fewer than ``batch_size`` samples (then each epoch is one batch of all
+    of them); without it, a last batch of a single sample is dropped too (BatchNorm needs two).
+    """
+    bs = min(cfg.batch_size, n)
+    full = n // bs
+    extra = 0 if cfg.drop_last or n - full * bs < 2 else 1
+    per_epoch = full + extra
+    want = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
+    out: list[Tensor] = []
+    while len(out) < want:
+        perm = torch.randperm(n, generator=g)
+        out.extend(perm[i * bs : (i + 1) * bs] for i in range(per_epoch))
+    return out[:want]
+
+
+def train_client(
+    recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State],
+    cfg: TrainConfig, task_loss: TaskLoss,
+) -> ClientResult:
+    """Run one client's round on the worker model ``ctx.model``.
+
+    Args:
+        recipe: the method.
+        ctx: the client's context (the engine's own view); each component gets its own view.
+        downlink: ``{component name: part}``, already validated.
+        state: the client's per-client state ``{component name: state}``.
+        cfg: local training options.
+        task_loss: ``(out, target) -> scalar`` (cross-entropy for classification).
+    """
+    views = {c.name: ctx.view(c.name) for c in recipe.components}
+    model, data = ctx.model, ctx.data
+    with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
+        for c in recipe.components:
+            c.round_start(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
+        model.train()
+        optimizer = make_optimizer(model, cfg, ctx.lr)
+        forwarder, stepper = recipe.replacer["forward"], recipe.replacer["step"]
+        transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
+        sums: dict[str, Tensor] = {}
+
+        def closure() -> Tensor:
+            optimizer.zero_grad(set_to_none=True)
+            out, target = forwarder.forward(views[forwarder.name], batch)
+            terms = {"task": task_loss(out, target.y)}
+            for c in extras:
+                for k, v in c.loss_terms(views[c.name], target, out).items():
+                    terms[f"{c.name}/{k}"] = v
+            total = sum(terms.values()) if len(terms) > 1 else terms["task"]
+            total.backward()
+            for c in adjusters:
+                c.before_step(views[c.name], optimizer)
+            for k, v in terms.items():
+                sums[k] = sums.get(k, 0.0) + v.detach()
+            return total.detach()
+
+        steps = batch_indices(len(data), cfg, ctx.view("engine").rng("shuffle"))
+        total_sum = torch.zeros(())
+        for idx in steps:
+            batch = Batch(data.x[idx], data.y[idx])
+            for c in transforms:
+                batch = c.transform_batch(views[c.name], batch)
+            total_sum += stepper.step(views[stepper.name], optimizer, closure)
+        uplink, new_state = {}, {}
+        for c in recipe.components:
+            part, st = c.round_end(views[c.name])
+            uplink[c.name] = part
+            if st:
+                new_state[c.name] = st
+    n = max(len(steps), 1)
+    metrics = {"loss": float(total_sum) / n, "steps": len(steps)}
+    metrics.update({k: float(v) / n for k, v in sums.items()})
+    return ClientResult(uplink, new_state, metrics)

@@ -1,0 +1,130 @@
+"""FedAvg (McMahan et al., AISTATS 2017, arXiv:1602.05629, Algorithm 1) as an ordinary component."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _NormBase
+
+from fedaug.core.errors import ConfigError
+from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.methods.recipe import METHODS
+
+WEIGHTINGS = ("samples", "uniform")
+BN_POLICIES = ("average", "local", "drop")
+
+
+def norm_stat_keys(model: nn.Module) -> list[str]:
+    """``state_dict`` keys of the running statistics of every BatchNorm-like layer in ``model``."""
+    keys = []
+    for prefix, module in model.named_modules():
+        if isinstance(module, _NormBase) and module.track_running_stats:
+            dot = f"{prefix}." if prefix else ""
+            keys += [f"{dot}running_mean", f"{dot}running_var", f"{dot}num_batches_tracked"]
+    return keys
+
+
+def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
+    """``sum_k w_k t_k / sum_k w_k`` in float64, cast back to the inputs' dtype (FedAvg, Alg. 1).
+
+    Integer tensors (e.g. BatchNorm's ``num_batches_tracked``) take the maximum instead.
+
+    Args:
+        tensors: same-shaped tensors, one per client, in client-id order.
+        weights: non-negative, not all zero.
+    """
+    if not tensors[0].is_floating_point():
+        return torch.stack(list(tensors)).amax(0)
+    w = torch.tensor(weights, dtype=torch.float64)
+    w = w / w.sum()
+    acc = torch.zeros(tensors[0].shape, dtype=torch.float64)
+    for wk, t in zip(w, tensors):
+        acc += wk * t.to(torch.float64)
+    return acc.to(tensors[0].dtype)
+
+
+@METHODS.register("fedavg", "FedAvg (McMahan et al. 2017): weighted mean of the clients' weights")
+class FedAvg(Component):
+    """Federated Averaging: clients start from the global weights; the server averages theirs.
+
+    Args:
+        weighting: ``"samples"`` weights client k by its training-set size n_k (the paper);
+            ``"uniform"`` weights every client equally.
+        bn: what happens to BatchNorm running statistics: ``"average"`` (communicated and
+            averaged like every other entry), ``"local"`` (never sent: each client keeps its own
+            in its per-client state and is evaluated with them, as SiloBN), ``"drop"`` (removed:
+            every BatchNorm layer normalises with the current batch's statistics, in training
+            and evaluation, so results depend on the evaluation batch size).
+
+    >>> fedavg = FedAvg(weighting="uniform", bn="local")
+    """
+
+    name = "fedavg"
+    role = "base"
+
+    def __init__(self, *, weighting: str = "samples", bn: str = "average") -> None:
+        if weighting not in WEIGHTINGS:
+            raise ConfigError(f"fedavg.weighting must be one of {', '.join(WEIGHTINGS)}, got '{weighting}'")
+        if bn not in BN_POLICIES:
+            raise ConfigError(f"fedavg.bn must be one of {', '.join(BN_POLICIES)}, got '{bn}'")
+        self.weighting = weighting
+        self.bn = bn
+
+    def _local_keys(self, model: nn.Module) -> list[str]:
+        return norm_stat_keys(model) if self.bn == "local" else []
+
+    def _shared(self, model: nn.Module) -> Part:
+        local = set(self._local_keys(model))
+        return {k: v for k, v in model.state_dict().items() if k not in local}
+
+    # --- client side -----------------------------------------------------------------------
+    def setup(self, model: nn.Module) -> None:
+        if self.bn == "drop":
+            for module in model.modules():
+                if isinstance(module, _NormBase) and module.track_running_stats:
+                    module.track_running_stats = False
+                    module.running_mean = module.running_var = module.num_batches_tracked = None
+
+    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        self._load(ctx.model, part, state)
+
+    def _load(self, model: nn.Module, shared: Part, state: State) -> None:
+        model.load_state_dict(shared, strict=False)
+        if self.bn == "local":
+            if "bn" in state:
+                model.load_state_dict(state["bn"], strict=False)
+            else:  # a client's first round: fresh statistics, never another client's
+                for module in model.modules():
+                    if isinstance(module, _NormBase) and module.track_running_stats:
+                        module.reset_running_stats()
+
+    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+        sd = ctx.model.state_dict()
+        local = self._local_keys(ctx.model)
+        uplink = {k: v.detach().clone() for k, v in sd.items() if k not in local}
+        state = {"bn": {k: sd[k].detach().clone() for k in local}} if local else {}
+        return uplink, state
+
+    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
+        self._load(ctx.model, server["weights"], state)
+
+    # --- server side -----------------------------------------------------------------------
+    def init_server(self, model: nn.Module) -> State:
+        return {"weights": {k: v.detach().clone() for k, v in self._shared(model).items()}}
+
+    def downlink(self, server: State, client_id: int) -> Part:
+        return dict(server["weights"])
+
+    def downlink_spec(self, model: nn.Module) -> Spec:
+        return {k: TensorSpec.like(v) for k, v in self._shared(model).items()}
+
+    def uplink_spec(self, server: State) -> Spec:
+        return {k: TensorSpec.like(v) for k, v in server["weights"].items()}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        weights = [float(u.num_samples) if self.weighting == "samples" else 1.0 for u in uplinks]
+        new = {k: weighted_average([u.part[k] for u in uplinks], weights) for k in server["weights"]}
+        return {**server, "weights": new}

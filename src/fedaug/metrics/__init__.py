@@ -1,0 +1,5 @@
+"""Metrics and task losses."""
+
+from fedaug.metrics.classification import ClassificationMeter, classification_loss
+
+__all__ = ["ClassificationMeter", "classification_loss"]
