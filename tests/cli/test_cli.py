@@ -1,0 +1,93 @@
+"""The command line: help, list, run, resume and error exits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedaug.cli.main import main
+from fedaug.config.load import dump_toml
+from fedaug.config.schema import validate
+from tests.conftest import tiny_raw
+
+
+def write_cfg(tmp_path, **train):
+    raw = tiny_raw(**train)
+    raw["out_dir"] = str(tmp_path / "runs")
+    path = tmp_path / "tiny.toml"
+    path.write_text(dump_toml(validate(raw).to_dict()))
+    return path
+
+
+def test_no_arguments_prints_help(capsys):
+    assert main([]) == 0
+    assert "usage: fedaug" in capsys.readouterr().out
+
+
+def test_python_dash_m_works():
+    out = subprocess.run([sys.executable, "-m", "fedaug", "--help"], capture_output=True, text=True, check=True)
+    assert "run" in out.stdout and "resume" in out.stdout and "list" in out.stdout
+
+
+@pytest.mark.parametrize("sub", ["run", "resume", "list"])
+def test_every_subcommand_has_help(sub, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([sub, "--help"])
+    assert info.value.code == 0 and "usage: fedaug " + sub in capsys.readouterr().out
+
+
+def test_list_shows_registries_with_one_line_each(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("methods:", "fedavg", "datasets:", "digits4", "synthetic", "models:", "small_cnn", "presets:"):
+        assert word in out
+    assert main(["list", "keys", "--format", "json"]) == 0
+    assert "train.lr" in json.loads(capsys.readouterr().out)["keys"]
+
+
+def test_run_prints_table_and_run_dir_then_resume_reports_the_same(tmp_path, capsys):
+    cfg = write_cfg(tmp_path, rounds=2)
+    assert main(["run", str(cfg), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "| client0 |" in out and "mean over clients" in out and "pooled test set" in out
+    run_dir = out.strip().splitlines()[-1].removeprefix("run directory: ")
+    for name in ("config.toml", "metrics.jsonl", "summary.json", "report.md", "checkpoints"):
+        assert (tmp_path / "runs").glob("*") and __import__("pathlib").Path(run_dir, name).exists()
+    assert main(["resume", run_dir, "-q", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rounds"] == 2 and summary["run_dir"] == run_dir
+
+
+def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, capsys):
+    assert main(["run", "train.lrr=0.1", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedaug: error: invalid configuration") and "did you mean 'lr'" in err
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["train.lr=-0.1"], "'train.lr' must be > 0.0, got -0.1"),
+        (["method.base=fedfaa"], "unknown method 'fedfaa'"),
+        (["data.name=digits5"], "unknown dataset 'digits5'; choose from"),
+        (["data.options.samples=3"], "dataset 'synthetic' has no option 'samples'"),
+        (["train.participation=0.01"], "samples 0 of 3 clients"),
+        (["method.options.fedprox.mu=0.1"], "options given for method component(s) not in the recipe: fedprox"),
+    ],
+)
+def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, capsys, args, match):
+    cfg = write_cfg(tmp_path)
+    assert main(["run", str(cfg), "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("fedaug: error:") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_config_file_and_non_run_dir(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["resume", str(tmp_path)]) == 2
+    assert "not a fedaug run directory" in capsys.readouterr().err

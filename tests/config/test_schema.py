@@ -1,0 +1,90 @@
+"""Config validation messages, overrides and the resolved-TOML round trip."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from fedaug.config.load import apply_overrides, dump_toml, load_config, parse_value
+from fedaug.config.schema import RunConfig, describe, validate
+from fedaug.core.errors import ConfigError
+
+
+def test_defaults_validate():
+    cfg = validate({})
+    assert isinstance(cfg, RunConfig) and cfg.train.local_epochs == 1 and cfg.train.local_steps is None
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"trian": {}}, r"unknown key 'trian' \(did you mean 'train'\?\); valid keys here: seed, name"),
+        ({"train": {"lr_rate": 0.1}}, r"unknown key 'train.lr_rate'.*valid keys here: rounds, participation"),
+        ({"train": {"lr": 0.0}}, r"'train.lr' must be > 0.0, got 0.0"),
+        ({"train": {"lr": -1}}, r"'train.lr' must be > 0.0, got -1"),
+        ({"train": {"participation": 1.5}}, r"'train.participation' must be > 0.0 and <= 1.0, got 1.5"),
+        ({"train": {"rounds": 0}}, r"'train.rounds' must be >= 1, got 0"),
+        ({"train": {"rounds": 2.5}}, r"'train.rounds' must be an integer, got 2.5"),
+        ({"train": {"rounds": True}}, r"'train.rounds' must be an integer, got True"),
+        ({"train": {"optimizer": "sdg"}}, r"'train.optimizer' must be one of sgd, adam, got 'sdg' \(did you mean 'sgd'\?\)"),
+        ({"train": {"local_epochs": 1, "local_steps": 5}}, r"either 'train.local_epochs' or 'train.local_steps'"),
+        ({"train": 3}, r"'train' must be a table, got 3"),
+        ({"method": {"augs": "fedfa"}}, r"'method.augs' must be a list, got 'fedfa'"),
+    ],
+)
+def test_bad_config_messages_name_key_value_and_allowed(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(raw)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        validate({"train": {"lr": -1, "rounds": 0}, "bogus": 1})
+    msg = str(info.value)
+    assert "train.lr" in msg and "train.rounds" in msg and "bogus" in msg
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("0.5", 0.5), ("3", 3), ("true", True), ("sgd", "sgd"), ('"a b"', "a b"),
+     ("[fedrdn, fedfa]", ["fedrdn", "fedfa"]), ("[1, 2]", [1, 2]), ("[]", [])],
+)
+def test_override_values_parse_as_toml_or_bare_words(text, value):
+    assert parse_value(text) == value
+
+
+def test_overrides_create_nested_tables_and_do_not_touch_the_input():
+    raw = {"train": {"lr": 0.1}}
+    out = apply_overrides(raw, ["train.lr=0.5", "method.options.fedavg.bn=local", "seed=3"])
+    assert out == {"train": {"lr": 0.5}, "method": {"options": {"fedavg": {"bn": "local"}}}, "seed": 3}
+    assert raw == {"train": {"lr": 0.1}}
+    with pytest.raises(ConfigError, match=r"override 'train.lr' is not of the form key=value"):
+        apply_overrides(raw, ["train.lr"])
+    with pytest.raises(ConfigError, match=r"'lr' is a value, not a table"):
+        apply_overrides(raw, ["train.lr.x=1"])
+
+
+def test_resolved_config_round_trips_through_toml():
+    cfg = validate({"seed": 3, "method": {"augs": ["a", "b"], "options": {"fedavg": {"bn": "local"}}},
+                    "data": {"options": {"alpha": 0.1, "domains": ["mnist"]}}, "train": {"local_steps": 7}})
+    text = dump_toml(cfg.to_dict())
+    assert validate(tomllib.loads(text)).to_dict() == cfg.to_dict()
+
+
+def test_load_config_from_preset_with_overrides_and_errors(tmp_path):
+    cfg, label = load_config(None, ["train.rounds=2"])
+    assert label == "digits4" and cfg.train.rounds == 2 and cfg.name == "digits4"
+    with pytest.raises(ConfigError, match=r"'digit4' is neither a preset nor a TOML file.*did you mean 'digits4'"):
+        load_config("digit4")
+    with pytest.raises(ConfigError, match=r"config file '.*missing.toml' does not exist"):
+        load_config(str(tmp_path / "missing.toml"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("seed = = 1")
+    with pytest.raises(ConfigError, match=r"is not valid TOML"):
+        load_config(str(bad))
+
+
+def test_describe_lists_every_key_with_help():
+    keys = {k for k, _, _ in describe()}
+    assert {"seed", "train.lr", "train.participation", "eval.best_by", "method.augs"} <= keys

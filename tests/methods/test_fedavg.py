@@ -1,0 +1,73 @@
+"""FedAvg aggregation against hand-computed averages, and its options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedaug.core.errors import ConfigError
+from fedaug.methods.component import Uplink
+from fedaug.methods.fedavg import FedAvg, norm_stat_keys, weighted_average
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 1)
+        self.bn = nn.BatchNorm1d(1)
+
+
+def uplink(cid, n, w, b, mean):
+    return Uplink(cid, n, {"fc.weight": torch.tensor([w]), "fc.bias": torch.tensor([b]),
+                           "bn.weight": torch.ones(1), "bn.bias": torch.zeros(1),
+                           "bn.running_mean": torch.tensor([mean]), "bn.running_var": torch.ones(1),
+                           "bn.num_batches_tracked": torch.tensor(cid + 3)})
+
+
+UPLINKS = [uplink(0, 10, [1.0, 2.0], 0.5, 1.0), uplink(1, 30, [3.0, -2.0], -0.5, 3.0),
+           uplink(2, 60, [0.0, 1.0], 1.5, -1.0)]
+
+
+def test_sample_weighted_average_equals_numpy():
+    fedavg = FedAvg()
+    server = fedavg.init_server(Tiny())
+    new = fedavg.aggregate(server, UPLINKS)["weights"]
+    n = [10, 30, 60]
+    np.testing.assert_allclose(new["fc.weight"].numpy(), np.average([[[1, 2]], [[3, -2]], [[0, 1]]], axis=0, weights=n), rtol=1e-6)
+    np.testing.assert_allclose(new["fc.bias"].numpy(), [np.average([0.5, -0.5, 1.5], weights=n)], rtol=1e-6)
+    np.testing.assert_allclose(new["bn.running_mean"].numpy(), [np.average([1.0, 3.0, -1.0], weights=n)], rtol=1e-6)
+    assert int(new["bn.num_batches_tracked"]) == 5  # integers: the maximum
+    assert new["fc.weight"].dtype == torch.float32
+
+
+def test_uniform_weighting_is_the_plain_mean():
+    fedavg = FedAvg(weighting="uniform")
+    new = fedavg.aggregate(fedavg.init_server(Tiny()), UPLINKS)["weights"]
+    np.testing.assert_allclose(new["fc.bias"].numpy(), [np.mean([0.5, -0.5, 1.5])], rtol=1e-6)
+
+
+def test_weighted_average_golden_table():
+    # (tensors, weights) -> expected ; shapes (2,)
+    cases = [
+        ([torch.tensor([1.0, 1.0]), torch.tensor([3.0, 5.0])], [1, 1], [2.0, 3.0]),
+        ([torch.tensor([1.0, 1.0]), torch.tensor([3.0, 5.0])], [3, 1], [1.5, 2.0]),
+        ([torch.tensor([2.0, -2.0])], [7], [2.0, -2.0]),
+    ]
+    for tensors, weights, expected in cases:
+        assert torch.allclose(weighted_average(tensors, weights), torch.tensor(expected))
+
+
+def test_local_bn_keeps_statistics_out_of_the_shared_weights():
+    model = Tiny()
+    assert norm_stat_keys(model) == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    server = FedAvg(bn="local").init_server(model)
+    assert set(server["weights"]) == {"fc.weight", "fc.bias", "bn.weight", "bn.bias"}
+
+
+@pytest.mark.parametrize("kwargs, match", [({"weighting": "size"}, r"fedavg.weighting must be one of samples, uniform, got 'size'"),
+                                           ({"bn": "keep"}, r"fedavg.bn must be one of average, local, drop, got 'keep'")])
+def test_bad_options(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        FedAvg(**kwargs)
