@@ -1,0 +1,142 @@
+"""Engine overhead and scaling benchmark (not a test: it reports, it does not assert).
+
+1. Engine vs a bare PyTorch loop doing the same local steps on the same data with the same model
+   (FedAvg, 4 clients): median per-round training time (evaluation excluded), their ratio, and
+   each one's peak memory (max RSS of its own process).
+2. Per-round time and peak memory with 10, 100 and 1,000 total clients at 10 sampled per round.
+
+Every measurement runs in a fresh subprocess; engine and bare loop alternate so that machine noise
+hits both. Run: ``.venv/bin/python benchmarks/bench_engine.py`` (add ``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def data_options(num_clients: int, samples: int) -> dict:
+    return {"num_clients": num_clients, "samples_per_client": samples, "num_classes": 10,
+            "channels": 3, "size": 28}
+
+
+def config(num_clients: int, samples: int, participation: float, rounds: int, steps: int):
+    from fedaug.config.schema import validate
+
+    return validate({
+        "seed": 0, "data": {"name": "synthetic", "options": data_options(num_clients, samples)},
+        "model": {"name": "small_cnn"},
+        "train": {"rounds": rounds, "participation": participation, "local_steps": steps,
+                  "batch_size": 32, "lr": 0.05},
+        "eval": {"every": 10**6},
+    })
+
+
+def engine_rounds(num_clients: int, samples: int, participation: float, rounds: int, steps: int) -> list[float]:
+    """Per-round training time of the engine (evaluation excluded: it never runs mid-run)."""
+    from fedaug.engine.simulate import build_simulation
+
+    sim = build_simulation(config(num_clients, samples, participation, rounds, steps))
+    times = []
+    for r in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        sim.run_round(r)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def bare_rounds(num_clients: int, samples: int, rounds: int, steps: int) -> list[float]:
+    """The same work written as a plain PyTorch FedAvg loop: load, SGD steps, weighted average."""
+    from fedaug.data.registry import load_dataset
+    from fedaug.models.registry import build_model
+
+    torch.set_num_threads(2)
+    data = load_dataset("synthetic", 0, **data_options(num_clients, samples))
+    torch.manual_seed(0)
+    model = build_model("small_cnn", 3, 10)
+    global_sd = {k: v.clone() for k, v in model.state_dict().items()}
+    times = []
+    for r in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        states, sizes = [], []
+        for k, client in enumerate(data.clients):
+            model.load_state_dict(global_sd)
+            model.train()
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+            g = torch.Generator().manual_seed(1000 * r + k)
+            x, y, n = client.train.x, client.train.y, len(client.train)
+            batches = []
+            while len(batches) < steps:
+                perm = torch.randperm(n, generator=g)
+                batches.extend(perm[i * 32:(i + 1) * 32] for i in range(n // 32))
+            for idx in batches[:steps]:
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+                loss.backward()
+                opt.step()
+            states.append({k2: v.detach().clone() for k2, v in model.state_dict().items()})
+            sizes.append(n)
+        total = sum(sizes)
+        global_sd = {k2: (sum(s[k2].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
+                     if v.is_floating_point() else max(s[k2] for s in states) for k2, v in global_sd.items()}
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def child(kind: str, args: list[str]) -> None:
+    """Run one measurement in this process and print JSON: round times and peak RSS (MB)."""
+    n, samples, part, rounds, steps = int(args[0]), int(args[1]), float(args[2]), int(args[3]), int(args[4])
+    times = engine_rounds(n, samples, part, rounds, steps) if kind == "engine" else bare_rounds(n, samples, rounds, steps)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"times": times, "peak_mb": peak_mb}))
+
+
+def measure(kind: str, *args: object) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, *map(str, args)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating engine/bare repeats")
+    args = parser.parse_args()
+    rounds, steps, repeats = (3, 5, 1) if args.quick else (6, 20, args.repeats)
+    warm = 1  # the first round pays one-time costs (lazy imports, allocator warm-up) in both
+
+    eng, bare, eng_mem, bare_mem = [], [], [], []
+    for _ in range(repeats):
+        e = measure("engine", 4, 320, 1.0, rounds, steps)
+        b = measure("bare", 4, 320, 1.0, rounds, steps)
+        eng += e["times"][warm:]
+        bare += b["times"][warm:]
+        eng_mem.append(e["peak_mb"])
+        bare_mem.append(b["peak_mb"])
+    me, mb = statistics.median(eng), statistics.median(bare)
+    print("## Engine vs bare PyTorch loop (FedAvg, 4 clients x "
+          f"{steps} local steps of small_cnn, batch 32, 3x28x28; {len(eng)} rounds each)\n")
+    print("| loop | median s/round | peak RSS (MB) |\n|---|---:|---:|")
+    print(f"| fedaug engine | {me:.3f} | {max(eng_mem):.0f} |")
+    print(f"| bare PyTorch | {mb:.3f} | {max(bare_mem):.0f} |")
+    print(f"\nratio engine / bare = **{me / mb:.3f}** (target <= 1.05)\n")
+
+    print(f"## Scaling with the number of clients (10 sampled per round, {steps} local steps each)\n")
+    print("| total clients | median s/round | peak RSS (MB) |\n|---|---:|---:|")
+    for n in (10, 100, 1000):
+        res = measure("engine", n, 64, 10 / n, rounds, steps)
+        print(f"| {n} | {statistics.median(res['times'][warm:]):.3f} | {res['peak_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3:])
+    else:
+        main()

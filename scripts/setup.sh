@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up fedaug on a fresh machine: a virtual environment with torch 2.13.0 (CPU wheel) installed
+# first, fedaug with its data and test extras, and (as root) the optional Debian data packages.
+# Idempotent: a second call only re-checks. Used by `make run` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+pip() { "$VENV/bin/python" -m pip "$@"; }
+
+stamp="$VENV/.fedaug-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # torch first, from the local CPU wheel; the constraint stops any dependency pulling another build.
+  pip install -q --disable-pip-version-check "torch==2.13.0"
+  echo "torch==2.13.0" > "$VENV/constraints.txt"
+  pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,test]"
+  touch "$stamp"
+fi
+
+# Optional Debian data packages (see docs/data.md): Fashion-MNIST.
+debs=(dataset-fashion-mnist)
+missing=()
+for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null \
+      || echo "setup: could not install ${missing[*]}; datasets that need them are skipped" >&2
+  else
+    echo "setup: not root: skipping Debian data packages ${missing[*]} (Fashion-MNIST); tests that need them are skipped" >&2
+  fi
+fi

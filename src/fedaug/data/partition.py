@@ -1,0 +1,144 @@
+"""Index partitioners: split sample indices between clients or between train/val/test.
+
+Every function here is pure: a function of the labels, the sizes and ``seed`` only, drawing from a
+fresh :class:`numpy.random.Generator` seeded with ``seed`` (DESIGN.md, invariant 1). Each returns a
+list of disjoint ``int64`` index arrays into ``labels``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedaug.core.errors import ConfigError
+
+#: how many Dirichlet draws :func:`dirichlet_partition` tries before giving up.
+MAX_DIRICHLET_ATTEMPTS = 1000
+
+
+def _check_clients(num_clients: int, num_samples: int) -> None:
+    if not isinstance(num_clients, int) or isinstance(num_clients, bool) or num_clients < 1:
+        raise ConfigError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    if num_clients > num_samples:
+        raise ConfigError(
+            f"num_clients={num_clients} exceeds the {num_samples} samples to partition; "
+            "use fewer clients or more samples"
+        )
+
+
+def _class_groups(labels: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Indices of each class present in ``labels`` (sorted class order), each group shuffled."""
+    labels = np.asarray(labels)
+    return [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+
+
+def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+    """Split indices into ``num_clients`` near-equal parts with the same label distribution.
+
+    Each class is shuffled and the class-sorted indices are dealt out round-robin, so client sizes
+    differ by at most one and every client's label histogram matches the pool's up to one sample
+    per class.
+
+    Args:
+        labels: ``(N,)`` integer labels.
+        num_clients: number of parts, >= 1; when it exceeds ``N`` the last parts are empty.
+        seed: seeds the shuffle.
+
+    Returns:
+        ``num_clients`` disjoint, shuffled ``(N_k,)`` int64 index arrays covering ``range(N)``.
+
+    Raises:
+        ConfigError: ``num_clients`` is not an integer >= 1.
+    """
+    labels = np.asarray(labels)
+    _check_clients(num_clients, max(len(labels), num_clients))
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([np.zeros(0, np.int64), *_class_groups(labels, rng)])
+    # Dealing the class-sorted order round-robin gives each client every class in proportion.
+    owner = np.arange(len(order)) % num_clients
+    return [rng.permutation(order[owner == k]).astype(np.int64) for k in range(num_clients)]
+
+
+def dirichlet_partition(
+    labels: np.ndarray, num_clients: int, alpha: float, min_size: int, seed: int
+) -> list[np.ndarray]:
+    """Label-skewed split: each class is divided between clients by proportions ~ Dir(alpha).
+
+    Hsu et al., "Measuring the Effects of Non-Identical Data Distribution for Federated Visual
+    Classification", arXiv:1909.06335. Small ``alpha`` gives each client few classes; large
+    ``alpha`` approaches an IID split. The whole draw is repeated (from the same generator) until
+    every client holds at least ``min_size`` samples.
+
+    Args:
+        labels: ``(N,)`` integer labels.
+        num_clients: number of parts, ``1 <= num_clients <= N``.
+        alpha: Dirichlet concentration, > 0.
+        min_size: smallest acceptable client, ``0 <= min_size <= N / num_clients``.
+        seed: seeds every draw.
+
+    Returns:
+        ``num_clients`` disjoint, shuffled ``(N_k,)`` int64 index arrays covering ``range(N)``.
+
+    Raises:
+        ConfigError: an argument is out of range, or no draw in :data:`MAX_DIRICHLET_ATTEMPTS`
+            gave every client ``min_size`` samples.
+    """
+    labels = np.asarray(labels)
+    n = len(labels)
+    _check_clients(num_clients, n)
+    if not alpha > 0:
+        raise ConfigError(f"alpha must be > 0, got {alpha!r}; e.g. 0.1 (very skewed) to 100 (near IID)")
+    if not isinstance(min_size, int) or min_size < 0 or min_size * num_clients > n:
+        raise ConfigError(
+            f"min_size must be an integer in [0, {n // num_clients}] for {n} samples and "
+            f"{num_clients} clients, got {min_size!r}"
+        )
+    rng = np.random.default_rng(seed)
+    for _ in range(MAX_DIRICHLET_ATTEMPTS):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for idx in _class_groups(labels, rng):
+            props = rng.dirichlet(np.full(num_clients, float(alpha)))
+            cuts = np.round(np.cumsum(props)[:-1] * len(idx)).astype(np.int64)
+            for k, chunk in enumerate(np.split(idx, cuts)):
+                parts[k].append(chunk)
+        sizes = [sum(len(c) for c in p) for p in parts]
+        if min(sizes) >= min_size:
+            return [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
+    raise ConfigError(
+        f"no Dirichlet(alpha={alpha}) split of {n} samples gave each of {num_clients} clients "
+        f">= {min_size} samples in {MAX_DIRICHLET_ATTEMPTS} draws; lower min_size or num_clients, "
+        "raise alpha, or use more samples"
+    )
+
+
+def stratified_split(labels: np.ndarray, fractions: Sequence[float], seed: int) -> list[np.ndarray]:
+    """Split indices into parts of the given fractions, keeping each part's label distribution.
+
+    Part sizes are exactly ``diff(round(cumsum(fractions) * N))``. The indices are ordered class
+    by class (each class shuffled, classes in random order) and the parts' slots are spread evenly
+    along that order (slot j of part k sits at ``(j + 1/2) / N_k``), so every class is divided in
+    the given fractions up to about one sample per part, with no rounding bias towards any part.
+
+    Args:
+        labels: ``(N,)`` integer labels.
+        fractions: non-negative fractions summing to 1 (e.g. ``(0.7, 0.1, 0.2)`` for
+            train/val/test).
+        seed: seeds the shuffle.
+
+    Returns:
+        ``len(fractions)`` disjoint, shuffled int64 index arrays covering ``range(N)``.
+
+    Raises:
+        ConfigError: a fraction is negative or they do not sum to 1.
+    """
+    fr = np.asarray(fractions, dtype=np.float64)
+    if (fr < 0).any() or not np.isclose(fr.sum(), 1.0):
+        raise ConfigError(f"split fractions must be >= 0 and sum to 1, got {list(fractions)}")
+    rng = np.random.default_rng(seed)
+    groups = _class_groups(labels, rng)
+    order = np.concatenate([np.zeros(0, np.int64), *(groups[i] for i in rng.permutation(len(groups)))])
+    sizes = np.diff(np.round(np.concatenate([[0.0], np.cumsum(fr)]) * len(order))).astype(np.int64)
+    slots = np.concatenate([np.zeros(0), *((np.arange(k) + 0.5) / k for k in sizes if k)])
+    owner = np.repeat(np.arange(len(fr)), sizes)[np.argsort(slots, kind="stable")]
+    return [rng.permutation(order[owner == k]).astype(np.int64) for k in range(len(fr))]
