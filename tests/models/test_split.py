@@ -28,7 +28,7 @@ def test_stages_are_children_in_order_and_forward_runs_them():
     assert torch.equal(forward_front(model, x, "b"), model.b(model.a(x)))
 
 
-def test_small_cnn_stages_reproduce_its_own_forward():
+def test_small_cnn_is_a_chain_of_named_stages():
     model = SmallCNN(1, 10).eval()
     x = torch.randn(2, 1, 28, 28)
     assert split_stages(model) == ("block1", "block2", "block3", "block4", "pool", "head")

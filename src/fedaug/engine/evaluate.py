@@ -10,7 +10,7 @@ import torch
 from fedaug.data.base import FederatedData
 from fedaug.methods.component import Batch, ClientCtx, State
 from fedaug.methods.recipe import Recipe
-from fedaug.metrics.classification import ClassificationMeter
+from fedaug.metrics.tasks import Task
 
 SPLITS = ("val", "test")
 
@@ -18,7 +18,7 @@ SPLITS = ("val", "test")
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module, recipe: Recipe, server: Mapping[str, State],
-    client_states: Mapping[int, Mapping[str, State]], data: FederatedData,
+    client_states: Mapping[int, Mapping[str, State]], data: FederatedData, task: Task,
     seed: int, round: int, batch_size: int,
 ) -> dict[str, Any]:
     """Evaluate the global model (as each component prepares it for each client).
@@ -29,15 +29,17 @@ def evaluate(
     evaluated as its own client's (so pooled accuracy is the sample-weighted client mean).
 
     Returns:
-        ``{"clients": {name: {"val": {...}, "test": {...}}}, "mean": {"val_acc", "test_acc",
-        "test_loss"}, "pooled": {"test_acc", "test_loss", "n"}}``; the mean is unweighted over
-        clients with a non-empty split.
+        ``{"clients": {name: {"val": {...}, "test": {...}}}, "mean": {"val_<m>", "test_<m>",
+        "test_loss"}, "pooled": {"test_<m>", "test_loss", "n"}}`` with ``<m>`` the task's metric
+        (``acc`` or foreground ``dice``); the mean is unweighted over clients with a non-empty
+        split; the pooled Dice is computed over all pooled pixels.
     """
     clients: dict[str, Any] = {}
-    pooled = ClassificationMeter()
+    pooled = task.meter()
+    m = task.metric
     transforms = recipe.per_batch["transform_batch"]
     for cid, client in enumerate(data.clients):
-        ctx = ClientCtx(model, cid, round, seed, client.train, training=False)
+        ctx = ClientCtx(model, cid, round, seed, client.train, training=False, task=task)
         views = {c.name: ctx.view(c.name) for c in recipe.components}
         for c in recipe.components:
             c.eval_start(views[c.name], server[c.name], client_states.get(cid, {}).get(c.name, {}))
@@ -45,7 +47,7 @@ def evaluate(
         res = {}
         for split in SPLITS:
             part = getattr(client, split)
-            meter = ClassificationMeter()
+            meter = task.meter()
             for i in range(0, len(part), batch_size):
                 batch = Batch(part.x[i : i + batch_size], part.y[i : i + batch_size])
                 for c in transforms:
@@ -58,8 +60,8 @@ def evaluate(
     mean = {}
     for split in SPLITS:
         rows = [r[split] for r in clients.values() if r[split]["n"] > 0]
-        mean[f"{split}_acc"] = sum(r["acc"] for r in rows) / len(rows) if rows else None
+        mean[f"{split}_{m}"] = sum(r[m] for r in rows) / len(rows) if rows else None
         if split == "test":
             mean["test_loss"] = sum(r["loss"] for r in rows) / len(rows) if rows else None
     p = pooled.result()
-    return {"clients": clients, "mean": mean, "pooled": {"test_acc": p["acc"], "test_loss": p["loss"], "n": p["n"]}}
+    return {"clients": clients, "mean": mean, "pooled": {f"test_{m}": p[m], "test_loss": p["loss"], "n": p["n"]}}

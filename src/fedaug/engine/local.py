@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +14,6 @@ from fedaug.core.rng import scoped_global_seed
 from fedaug.methods.component import Batch, ClientCtx, State
 from fedaug.methods.recipe import Recipe
 
-TaskLoss = Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass
@@ -58,8 +56,7 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
 
 
 def train_client(
-    recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State],
-    cfg: TrainConfig, task_loss: TaskLoss,
+    recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
 ) -> ClientResult:
     """Run one client's round on the worker model ``ctx.model``.
 
@@ -69,7 +66,6 @@ def train_client(
         downlink: ``{component name: part}``, already validated.
         state: the client's per-client state ``{component name: state}``.
         cfg: local training options.
-        task_loss: ``(out, target) -> scalar`` (cross-entropy for classification).
     """
     views = {c.name: ctx.view(c.name) for c in recipe.components}
     model, data = ctx.model, ctx.data
@@ -78,14 +74,14 @@ def train_client(
             c.round_start(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
         model.train()
         optimizer = make_optimizer(model, cfg, ctx.lr)
-        forwarder, stepper = recipe.replacer["forward"], recipe.replacer["step"]
+        forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
         transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
         sums: dict[str, Tensor] = {}
 
         def closure() -> Tensor:
             optimizer.zero_grad(set_to_none=True)
             out, target = forwarder.forward(views[forwarder.name], batch)
-            terms = {"task": task_loss(out, target.y)}
+            terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
             for c in extras:
                 for k, v in c.loss_terms(views[c.name], target, out).items():
                     terms[f"{c.name}/{k}"] = v

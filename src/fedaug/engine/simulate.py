@@ -29,7 +29,7 @@ from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
 from fedaug.methods.component import ClientCtx, State, Uplink
 from fedaug.methods.recipe import Recipe, build_recipe
-from fedaug.metrics.classification import classification_loss
+from fedaug.metrics.tasks import make_task
 from fedaug.models.registry import build_model
 
 CHECKPOINT_FORMAT = 1
@@ -49,8 +49,7 @@ class Simulation:
 
     def __init__(self, cfg: RunConfig, data: FederatedData, recipe: Recipe,
                  execution_order: Order | None = None) -> None:
-        if data.task != "classification":
-            raise ConfigError(f"dataset '{data.name}' is a {data.task} task; this engine trains classification")
+        self.task = make_task(data.task, data.num_classes)
         for k, c in enumerate(data.clients):
             if len(c.train) == 0:
                 raise ConfigError(f"client {k} ('{c.name}') has no training samples; change the partition")
@@ -88,9 +87,8 @@ class Simulation:
                 down[name] += nbytes
             for name, part in message.items():  # the client checks what it receives
                 validate_part(part, self.down_specs[name], f"round {r}: downlink to client {cid}, part '{name}'")
-            ctx = ClientCtx(self.model, cid, r, cfg.seed, data.clients[cid].train, lr=lr)
-            result = train_client(self.recipe, ctx, message, self.client_states.get(cid, {}),
-                                  cfg.train, classification_loss)
+            ctx = ClientCtx(self.model, cid, r, cfg.seed, data.clients[cid].train, lr=lr, task=self.task)
+            result = train_client(self.recipe, ctx, message, self.client_states.get(cid, {}), cfg.train)
             for name, nbytes in message_nbytes(result.uplink).items():
                 up[name] += nbytes
             try:
@@ -129,11 +127,11 @@ class Simulation:
 
     def evaluate(self) -> dict[str, Any]:
         """Evaluate the current global model on every client (see :func:`evaluate`)."""
-        return evaluate(self.model, self.recipe, self.server, self.client_states, self.data,
+        return evaluate(self.model, self.recipe, self.server, self.client_states, self.data, self.task,
                         self.cfg.seed, self.round, self.cfg.eval.batch_size)
 
     def _track_best(self, r: int, ev: dict[str, Any]) -> None:
-        key = f"{self.cfg.eval.best_by}_acc"
+        key = f"{self.cfg.eval.best_by}_{self.task.metric}"
         score = ev["mean"][key]
         if self.best is None or score > self.best["score"]:
             self.best = {"round": r, "by": self.cfg.eval.best_by, "score": score, "eval": ev}
@@ -182,13 +180,14 @@ class Simulation:
     def _progress_metric(self, record: dict[str, Any]) -> str:
         text = f"train loss {record['train']['loss']:.4f}"
         if "eval" in record:
-            text += f"  mean test acc {record['eval']['mean']['test_acc']:.4f}"
+            m = self.task.metric
+            text += f"  mean test {m} {record['eval']['mean'][f'test_{m}']:.4f}"
         return text
 
     def summary(self, run_dir: Path | None) -> dict[str, Any]:
         """Final and best evaluation, communication totals (bytes) and the run directory."""
         return {
-            "name": self.cfg.name, "rounds": self.round,
+            "name": self.cfg.name, "rounds": self.round, "metric": self.task.metric,
             "clients": [c.name for c in self.data.clients],
             "final": self.last_eval, "best": self.best, "comm_total": self.comm_total,
             "run_dir": str(run_dir) if run_dir is not None else None,

@@ -10,7 +10,8 @@ Client side of one round, in call order::
     setup(model)                       once per worker model
     round_start(ctx, part, state)      receive the downlink part, restore per-client state
     per batch: transform_batch -> step (replaceable; calls the closure: forward (replaceable)
-               -> loss_terms -> backward -> before_step; then optimizer.step)
+               -> task_loss (replaceable) + loss_terms -> backward -> before_step; then
+               optimizer.step)
     round_end(ctx) -> (uplink part, new per-client state)
 
 Server side: ``init_server`` once, then per round ``downlink`` for each sampled client and
@@ -30,6 +31,7 @@ from torch import Tensor, nn
 from fedaug.core.payload import Part, Spec
 from fedaug.core.rng import generator
 from fedaug.data.base import Split
+from fedaug.metrics.tasks import Task
 
 State = dict[str, Any]
 
@@ -75,6 +77,7 @@ class ClientCtx:
         data: the client's training split.
         lr: this round's learning rate.
         training: ``True`` during local training, ``False`` during evaluation.
+        task: the task's loss and metric (set by the engine).
         component: the name of the component this view belongs to (set by the recipe).
     """
 
@@ -85,6 +88,7 @@ class ClientCtx:
     data: Split
     lr: float = 0.0
     training: bool = True
+    task: Task | None = None
     component: str = ""
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
 
@@ -102,7 +106,7 @@ class ClientCtx:
         """A view of this context for ``component``; views share their random streams' table."""
         return ClientCtx(
             self.model, self.client_id, self.round, self.seed, self.data,
-            self.lr, self.training, component, self._streams,
+            self.lr, self.training, self.task, component, self._streams,
         )
 
 
@@ -139,6 +143,11 @@ class Component:
             the task loss uses (a component may mix targets, e.g. soft labels ``(B, K)``).
         """
         return ctx.model(batch.x), batch
+
+    def task_loss(self, ctx: ClientCtx, out: Tensor, batch: Batch) -> Tensor:
+        """Replaceable (at most one component per recipe): the task loss of ``out`` against
+        ``batch.y`` (default: the task's cross-entropy, + soft Dice for segmentation)."""
+        return ctx.task.loss(out, batch.y)
 
     def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:
         """Extra loss terms (scalars), added to the task loss and logged as ``name/key``."""

@@ -13,7 +13,7 @@ from fedaug.methods.component import Component
 METHODS: Registry[type[Component]] = Registry("method")
 
 #: hooks that exactly one component may provide; the others run for every component.
-REPLACEABLE = ("forward", "step")
+REPLACEABLE = ("forward", "task_loss", "step")
 #: hooks the engine calls per batch, only for the components that override them.
 PER_BATCH = ("transform_batch", "loss_terms", "before_step")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torch import Tensor, nn
+from torch import nn
 
 from fedaug.models.registry import MODELS
+from fedaug.models.split import StagedModel
 
 
 def _block(cin: int, cout: int, pool: bool) -> nn.Sequential:
@@ -16,7 +17,7 @@ def _block(cin: int, cout: int, pool: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class SmallCNN(nn.Module):
+class SmallCNN(StagedModel):
     """Four 3x3 conv-BN-ReLU blocks (two with 2x2 max-pooling), global average pooling, a linear head.
 
     Args:
@@ -38,12 +39,8 @@ class SmallCNN(nn.Module):
         self.block2 = _block(width, width, pool=True)
         self.block3 = _block(width, width, pool=False)
         self.block4 = _block(width, width, pool=True)
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Linear(width, num_classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.block4(self.block3(self.block2(self.block1(x))))
-        return self.head(self.pool(x).flatten(1))
 
 
 @MODELS.register("small_cnn", "4-conv 32-channel CNN with BatchNorm for 28x28 inputs (fast default)")

@@ -19,7 +19,6 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, suggest
-from fedaug.models.small_cnn import SmallCNN
 
 #: What flows between stages: a tensor ``(B, C, *spatial)``, or a U-Net's ``(h, skips)`` pair.
 Features = Any
@@ -61,20 +60,9 @@ def _run(stages: Sequence[Stage], h: Features) -> Features:
     return h
 
 
-def _small_cnn_stages(model: nn.Module) -> list[Stage]:
-    # SmallCNN predates StagedModel; this mirrors its forward (a test pins the equality).
-    return [
-        *((n, getattr(model, n)) for n in ("block1", "block2", "block3", "block4")),
-        ("pool", lambda h: model.pool(h).flatten(1)),
-        ("head", model.head),
-    ]
-
-
 def _plan(model: nn.Module) -> tuple[Callable[[Tensor], Features], list[Stage], Callable[[Features], Tensor]]:
     if isinstance(model, StagedModel):
         return model.begin, model.stages(), model.end
-    if type(model) is SmallCNN:
-        return (lambda x: x), _small_cnn_stages(model), (lambda h: h)
     raise ConfigError(
         f"model {type(model).__name__} does not declare stages, so it cannot be split; "
         "subclass fedaug.models.split.StagedModel (children run in order, or override stages())"
@@ -101,7 +89,7 @@ def forward_front(model: nn.Module, x: Tensor, stage: str) -> Features:
     """Run ``model`` from its input up to and including ``stage``.
 
     Args:
-        model: a :class:`StagedModel` (or the zoo's ``SmallCNN``).
+        model: a :class:`StagedModel`.
         x: the model input, e.g. ``(B, C, H, W)``.
         stage: one of :func:`split_stages` (``model.feature_stages`` are all valid).
 

@@ -10,20 +10,21 @@ def _pct(x: float | None) -> str:
 
 
 def results_table(summary: dict[str, Any]) -> str:
-    """A Markdown table of test accuracy (%) per client, their mean and the pooled test set, at
-    the final round and at the best round (chosen by the split in ``summary['best']['by']``)."""
-    final, best = summary["final"], summary["best"]
+    """A Markdown table of the test metric (%: accuracy, or foreground Dice for segmentation) per
+    client, their mean and the pooled test set, at the final round and at the best round (chosen
+    by the split in ``summary['best']['by']``)."""
+    final, best, m = summary["final"], summary["best"], summary["metric"]
     if final is None:
         return "(no evaluation was run)"
     fe, be = final["eval"], best["eval"]
-    head = (f"| client | test acc final (round {final['round']}) "
-            f"| test acc best (round {best['round']}, by {best['by']}) | test n |")
+    head = (f"| client | test {m} final (round {final['round']}) "
+            f"| test {m} best (round {best['round']}, by {best['by']}) | test n |")
     lines = [head, "|---|---:|---:|---:|"]
     for name, res in fe["clients"].items():
-        lines.append(f"| {name} | {_pct(res['test']['acc'])} | {_pct(be['clients'][name]['test']['acc'])} "
+        lines.append(f"| {name} | {_pct(res['test'][m])} | {_pct(be['clients'][name]['test'][m])} "
                      f"| {res['test']['n']} |")
-    lines.append(f"| **mean over clients** | **{_pct(fe['mean']['test_acc'])}** "
-                 f"| **{_pct(be['mean']['test_acc'])}** | |")
-    lines.append(f"| pooled test set | {_pct(fe['pooled']['test_acc'])} | {_pct(be['pooled']['test_acc'])} "
+    lines.append(f"| **mean over clients** | **{_pct(fe['mean'][f'test_{m}'])}** "
+                 f"| **{_pct(be['mean'][f'test_{m}'])}** | |")
+    lines.append(f"| pooled test set | {_pct(fe['pooled'][f'test_{m}'])} | {_pct(be['pooled'][f'test_{m}'])} "
                  f"| {fe['pooled']['n']} |")
     return "\n".join(lines)
