@@ -22,16 +22,16 @@ import time
 import torch
 
 
-def data_options(num_clients: int, samples: int) -> dict:
+def data_options(num_clients: int, samples: int, channels: int = 3) -> dict:
     return {"num_clients": num_clients, "samples_per_client": samples, "num_classes": 10,
-            "channels": 3, "size": 28}
+            "channels": channels, "size": 28}
 
 
-def config(num_clients: int, samples: int, participation: float, rounds: int, steps: int):
+def config(num_clients: int, samples: int, participation: float, rounds: int, steps: int, channels: int = 3):
     from fedaug.config.schema import validate
 
     return validate({
-        "seed": 0, "data": {"name": "synthetic", "options": data_options(num_clients, samples)},
+        "seed": 0, "data": {"name": "synthetic", "options": data_options(num_clients, samples, channels)},
         "model": {"name": "small_cnn"},
         "train": {"rounds": rounds, "participation": participation, "local_steps": steps,
                   "batch_size": 32, "lr": 0.05},
@@ -39,11 +39,12 @@ def config(num_clients: int, samples: int, participation: float, rounds: int, st
     })
 
 
-def engine_rounds(num_clients: int, samples: int, participation: float, rounds: int, steps: int) -> list[float]:
+def engine_rounds(num_clients: int, samples: int, participation: float, rounds: int, steps: int,
+                  channels: int = 3) -> list[float]:
     """Per-round training time of the engine (evaluation excluded: it never runs mid-run)."""
     from fedaug.engine.simulate import build_simulation
 
-    sim = build_simulation(config(num_clients, samples, participation, rounds, steps))
+    sim = build_simulation(config(num_clients, samples, participation, rounds, steps, channels))
     times = []
     for r in range(1, rounds + 1):
         t0 = time.perf_counter()
@@ -93,7 +94,10 @@ def bare_rounds(num_clients: int, samples: int, rounds: int, steps: int) -> list
 def child(kind: str, args: list[str]) -> None:
     """Run one measurement in this process and print JSON: round times and peak RSS (MB)."""
     n, samples, part, rounds, steps = int(args[0]), int(args[1]), float(args[2]), int(args[3]), int(args[4])
-    times = engine_rounds(n, samples, part, rounds, steps) if kind == "engine" else bare_rounds(n, samples, rounds, steps)
+    if kind == "engine":
+        times = engine_rounds(n, samples, part, rounds, steps, int(args[5]) if len(args) > 5 else 3)
+    else:
+        times = bare_rounds(n, samples, rounds, steps)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"times": times, "peak_mb": peak_mb}))
 
@@ -128,11 +132,13 @@ def main() -> None:
     print(f"| bare PyTorch | {mb:.3f} | {max(bare_mem):.0f} |")
     print(f"\nratio engine / bare = **{me / mb:.3f}** (target <= 1.05)\n")
 
-    print(f"## Scaling with the number of clients (10 sampled per round, {steps} local steps each)\n")
-    print("| total clients | median s/round | peak RSS (MB) |\n|---|---:|---:|")
+    print(f"## Scaling with the number of clients (10 sampled per round, {steps} local steps each, "
+          "64 train samples per client, 1x28x28)\n")
+    print("| total clients | median s/round | peak RSS (MB) | of which the dataset (MB) |\n|---|---:|---:|---:|")
     for n in (10, 100, 1000):
-        res = measure("engine", n, 64, 10 / n, rounds, steps)
-        print(f"| {n} | {statistics.median(res['times'][warm:]):.3f} | {res['peak_mb']:.0f} |")
+        res = measure("engine", n, 64, 10 / n, rounds, steps, 1)
+        data_mb = n * (64 + 2 * 16) * 28 * 28 * 4 / 2**20  # train + val + test float32 inputs
+        print(f"| {n} | {statistics.median(res['times'][warm:]):.3f} | {res['peak_mb']:.0f} | {data_mb:.0f} |")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, cap
         (["data.options.samples=3"], "dataset 'synthetic' has no option 'samples'"),
         (["train.participation=0.01"], "samples 0 of 3 clients"),
         (["method.options.fedprox.mu=0.1"], "options given for method component(s) not in the recipe: fedprox"),
+        (["data.name=fashion_mnist", "data.options={}", "data.options.root=/nonexistent/fmnist"],
+         "/nonexistent/fmnist"),
     ],
 )
 def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, capsys, args, match):
