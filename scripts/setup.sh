@@ -21,8 +21,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# Optional Debian data packages (see docs/data.md): Fashion-MNIST.
-debs=(dataset-fashion-mnist)
+# Optional Debian data packages (see docs/data.md): Fashion-MNIST, espeak-ng (spoken digits), mricron-data (brain MRI).
+debs=(dataset-fashion-mnist espeak-ng mricron-data)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -30,6 +30,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null \
       || echo "setup: could not install ${missing[*]}; datasets that need them are skipped" >&2
   else
-    echo "setup: not root: skipping Debian data packages ${missing[*]} (Fashion-MNIST); tests that need them are skipped" >&2
+    echo "setup: not root: skipping Debian data packages ${missing[*]}; tests that need them are skipped" >&2
   fi
 fi

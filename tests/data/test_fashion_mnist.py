@@ -121,7 +121,10 @@ def test_seeds(fake_root: Path) -> None:
     ("options", "match"),
     [
         ({"num_clients": 0}, r"num_clients must be an integer >= 1, got 0"),
-        ({"partition": "pathological"}, r"partition must be one of dirichlet, iid, got 'pathological'"),
+        (
+            {"partition": "pathological"},
+            r"partition must be one of dirichlet, iid, quantity, shards, scarcity, got 'pathological'",
+        ),
         ({"alpha": -1.0}, r"alpha must be > 0, got -1.0"),
         ({"min_size": -2}, r"min_size must be an integer >= 0, got -2"),
         ({"samples": 0}, r"samples must be None \(all\) or an integer >= 1, got 0"),
@@ -151,3 +154,29 @@ def test_real_files(real_root: Path) -> None:
     assert sorted(train.y.unique().tolist()) == list(range(10))
     assert float(train.x.min()) >= 0 and float(train.x.max()) == 1.0 and train.x.shape[1:] == (1, 28, 28)
     assert 300 < len(fd.pooled("test")) < 400  # about 2000 * 0.9 * 10000 / 54000
+
+
+@pytest.mark.parametrize(
+    ("options", "check"),
+    [
+        ({"partition": "quantity", "num_clients": 6, "q": 3}, lambda fd: len(fd.clients) == 6),
+        ({"partition": "shards", "num_clients": 5, "shards_per_client": 2}, lambda fd: len(fd.clients) == 5),
+        ({"partition": "scarcity", "mean_size": 50}, lambda fd: len(fd.clients) == 8),  # 400 / 50
+    ],
+)
+def test_other_partitions(fake_root: Path, options: dict, check) -> None:
+    fd = fashion_mnist(seed=0, root=fake_root, val_fraction=0.0, **options)
+    assert check(fd) and len(fd.pooled("train")) == 400
+    if options["partition"] == "quantity":
+        assert all(len(c.train.y.unique()) == 3 for c in fd.clients)
+    if options["partition"] == "shards":
+        assert all(len(c.train.y.unique()) <= 2 for c in fd.clients)  # 40 per class = 1 shard of 40
+
+
+def test_partition_option_errors_are_collected(fake_root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"partition must be one of .*; q must be an integer >= 1, got 0"):
+        fashion_mnist(seed=0, root=fake_root, partition="qua", q=0)
+    with pytest.raises(ConfigError, match=r"q must be an integer in \[1, 10\]"):
+        fashion_mnist(seed=0, root=fake_root, partition="quantity", q=11)
+    with pytest.warns(UserWarning, match=r"q=5 has no effect with partition='dirichlet'"):
+        fashion_mnist(seed=0, root=fake_root, num_clients=2, q=5)

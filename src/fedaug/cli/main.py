@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from fedaug import __version__
-from fedaug.cli import list_cmd, resume_cmd, run_cmd
+from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
 from fedaug.core.errors import FedaugError
 
-SUBCOMMANDS = (run_cmd, resume_cmd, list_cmd)
+SUBCOMMANDS = (run_cmd, resume_cmd, list_cmd, data_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

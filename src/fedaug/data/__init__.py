@@ -1,6 +1,15 @@
 """Data layer: federated datasets (clients with train/val/test splits) and their registry."""
 
-from fedaug.data import digits4, fashion_mnist, synthetic  # noqa: F401  (registers)
+from fedaug.data import (  # noqa: F401  (registers)
+    brain_mri,
+    digits4,
+    fashion_mnist,
+    imu,
+    local_images,
+    local_signals,
+    spoken_digits,
+    synthetic,
+)
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.registry import DATASETS, load_dataset
 

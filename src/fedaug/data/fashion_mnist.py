@@ -11,7 +11,6 @@ import gzip
 import math
 import os
 import struct
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 from fedaug.core.errors import ConfigError, DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
-from fedaug.data.partition import dirichlet_partition, iid_partition
+from fedaug.data.label_split import check_partition_options, partition_labels
 from fedaug.data.registry import DATASETS
 
 DEFAULT_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -41,7 +40,6 @@ CLASSES = (
     "Bag",
     "Ankle boot",
 )
-PARTITIONS = ("dirichlet", "iid")
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -98,17 +96,11 @@ def load_arrays(root: str | os.PathLike[str]) -> dict[str, tuple[np.ndarray, np.
     return out
 
 
-def _check(num_clients: Any, partition: Any, alpha: Any, min_size: Any, samples: Any, val_fraction: Any) -> None:
+def _check(min_size: Any, samples: Any, val_fraction: Any) -> None:
     def is_int(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
     problems = []
-    if not is_int(num_clients) or num_clients < 1:
-        problems.append(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if partition not in PARTITIONS:
-        problems.append(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
-    if not isinstance(alpha, (int, float)) or not alpha > 0:
-        problems.append(f"alpha must be > 0, got {alpha!r}; e.g. 0.1 (very skewed) to 100 (near IID)")
     if not is_int(min_size) or min_size < 0:
         problems.append(f"min_size must be an integer >= 0, got {min_size!r}")
     if samples is not None and (not is_int(samples) or samples < 1):
@@ -138,7 +130,7 @@ def _test_indices(train_labels: list[np.ndarray], test_labels: np.ndarray, rate:
     return [rng.permutation(np.concatenate(parts)) for parts in out]
 
 
-@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist), Dirichlet label skew or IID clients")
+@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist); dirichlet, iid, quantity, shards or scarcity clients")
 def fashion_mnist(
     *,
     seed: int,
@@ -146,6 +138,9 @@ def fashion_mnist(
     num_clients: int = 10,
     partition: str = "dirichlet",
     alpha: float = 0.5,
+    q: int = 2,
+    shards_per_client: int = 2,
+    mean_size: int = 100,
     min_size: int = 10,
     samples: int | None = None,
     val_fraction: float = 0.1,
@@ -162,9 +157,15 @@ def fashion_mnist(
         seed: seeds the subset, the partition, the val split and the test draw.
         root: directory with the four gzipped idx files.
         num_clients: number of clients.
-        partition: ``"dirichlet"`` (label skew, see :func:`dirichlet_partition`) or ``"iid"``.
-        alpha: Dirichlet concentration, > 0 (ignored by ``"iid"``).
-        min_size: fewest train samples per client; Dirichlet draws are repeated until it holds.
+        partition: ``"dirichlet"`` (Dir(alpha) label skew), ``"iid"``, ``"quantity"`` (Qua(q):
+            q classes per client), ``"shards"`` (FedAvg's sorted shards) or ``"scarcity"``
+            (FLea: ``round(N / mean_size)`` clients with Dir(alpha) label skew; ``num_clients``
+            is then unused). See :mod:`fedaug.data.label_split`.
+        alpha: Dirichlet concentration, > 0 (``dirichlet``, ``scarcity``).
+        q: classes per client (``quantity``).
+        shards_per_client: shards per client (``shards``).
+        mean_size: mean samples per client before the val split (``scarcity``).
+        min_size: fewest train samples per client for ``dirichlet``; draws are repeated until it holds.
         samples: use a seeded random subset of this many training images (None: all).
         val_fraction: share of each client's data held out for validation, in [0, 1).
 
@@ -175,9 +176,10 @@ def fashion_mnist(
         ConfigError: an option is out of range, or no partition satisfies ``min_size``.
         DataError: the files are missing or malformed.
     """
-    _check(num_clients, partition, alpha, min_size, samples, val_fraction)
-    if partition == "iid" and alpha != 0.5:
-        warnings.warn(f"fashion_mnist: alpha={alpha} has no effect with partition='iid'", stacklevel=2)
+    opts = {"num_clients": num_clients, "alpha": alpha, "q": q, "shards_per_client": shards_per_client,
+            "mean_size": mean_size}
+    check_partition_options("fashion_mnist", partition, opts)
+    _check(min_size, samples, val_fraction)
     arrays = load_arrays(root)
     (x_all, y_all), (x_test, y_test) = arrays["train"], arrays["test"]
     n_all = len(y_all)
@@ -186,16 +188,13 @@ def fashion_mnist(
     pick = np.random.default_rng(derive_seed(seed, "fashion_mnist", "subset")).permutation(n_all)[:samples]
     labels = y_all[pick]
     share_min = math.ceil(min_size / (1 - val_fraction))  # so that train = share - floor(vf * share) >= min_size
-    if num_clients * max(share_min, 1) > len(pick):
+    if partition == "dirichlet" and num_clients * max(share_min, 1) > len(pick):
         raise ConfigError(
             f"fashion_mnist: {len(pick)} samples cannot give num_clients={num_clients} clients "
             f"min_size={min_size} train samples each; lower num_clients or min_size, or raise samples"
         )
     part_seed = derive_seed(seed, "fashion_mnist", "partition", partition)
-    if partition == "dirichlet":
-        shares = dirichlet_partition(labels, num_clients, alpha, share_min, part_seed)
-    else:
-        shares = iid_partition(labels, num_clients, part_seed)
+    shares = partition_labels(labels, partition, part_seed, share_min, **opts)
     splits = [(s[math.floor(val_fraction * len(s)) :], s[: math.floor(val_fraction * len(s))]) for s in shares]
     train_labels = [labels[tr] for tr, _ in splits]
     totals = np.bincount(np.concatenate(train_labels), minlength=10)
@@ -219,9 +218,8 @@ def fashion_mnist(
     params = {
         "seed": seed,
         "root": str(root),
-        "num_clients": num_clients,
         "partition": partition,
-        "alpha": alpha,
+        **opts,
         "min_size": min_size,
         "samples": samples,
         "val_fraction": val_fraction,

@@ -142,3 +142,97 @@ def stratified_split(labels: np.ndarray, fractions: Sequence[float], seed: int) 
     slots = np.concatenate([np.zeros(0), *((np.arange(k) + 0.5) / k for k in sizes if k)])
     owner = np.repeat(np.arange(len(fr)), sizes)[np.argsort(slots, kind="stable")]
     return [rng.permutation(order[owner == k]).astype(np.int64) for k in range(len(fr))]
+
+
+def natural_partition(
+    groups: Sequence[str] | np.ndarray,
+    clients_per_group: int = 1,
+    seed: int = 0,
+    labels: np.ndarray | None = None,
+) -> tuple[list[str], list[np.ndarray]]:
+    """One client per natural group (domain, site, subject), optionally split into several clients.
+
+    Groups come in sorted order. A group split into ``clients_per_group`` clients is divided with
+    :func:`iid_partition` (stratified by ``labels`` when given), so its clients differ in size by
+    at most one and share its label distribution.
+
+    Args:
+        groups: ``(N,)`` group name (or id) of every sample.
+        clients_per_group: clients per group, >= 1, at most the smallest group's size.
+        seed: seeds the within-group split (unused when ``clients_per_group == 1``).
+        labels: ``(N,)`` integer labels to stratify the within-group split by; None: unstratified.
+
+    Returns:
+        ``(names, parts)``: client names (the group, or ``"<group>#<j>"`` when split) and their
+        disjoint, sorted-within-group int64 index arrays, together covering ``range(N)``.
+
+    Raises:
+        ConfigError: ``clients_per_group`` is not an integer in ``[1, smallest group size]``.
+    """
+    groups = np.asarray(groups)
+    names_u, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    smallest = int(counts.min()) if len(counts) else 0
+    if not isinstance(clients_per_group, int) or isinstance(clients_per_group, bool) or not (
+        1 <= clients_per_group <= max(smallest, 1)
+    ):
+        raise ConfigError(
+            f"clients_per_group must be an integer in [1, {smallest}] (the smallest group's size), "
+            f"got {clients_per_group!r}"
+        )
+    lab = np.zeros(len(groups), np.int64) if labels is None else np.asarray(labels)
+    names: list[str] = []
+    parts: list[np.ndarray] = []
+    for g, name in enumerate(names_u):
+        idx = np.flatnonzero(inverse == g)
+        if clients_per_group == 1:
+            names.append(str(name))
+            parts.append(idx.astype(np.int64))
+            continue
+        for j, sub in enumerate(iid_partition(lab[idx], clients_per_group, seed + g)):
+            names.append(f"{name}#{j}")
+            parts.append(np.sort(idx[sub]).astype(np.int64))
+    return names, parts
+
+
+def client_splits(
+    labels: np.ndarray, parts: Sequence[np.ndarray], fractions: Sequence[float], seed: int
+) -> list[list[np.ndarray]]:
+    """Split every client's indices into stratified parts (train/val/test) with :func:`stratified_split`.
+
+    Args:
+        labels: ``(N,)`` integer labels.
+        parts: each client's int64 indices into ``labels``.
+        fractions: e.g. ``(0.7, 0.1, 0.2)``; non-negative, summing to 1.
+        seed: client k's split is seeded with ``seed + k``.
+
+    Returns:
+        Per client, ``len(fractions)`` disjoint int64 index arrays (into ``labels``) covering its part.
+    """
+    labels = np.asarray(labels)
+    return [[p[s] for s in stratified_split(labels[p], fractions, seed + k)] for k, p in enumerate(parts)]
+
+
+def leave_one_group_out(
+    groups: Sequence[str] | np.ndarray, held_out: str
+) -> tuple[list[str], list[np.ndarray], np.ndarray]:
+    """Leave-one-domain-out: train on the other M-1 groups, test on ``held_out``.
+
+    Args:
+        groups: ``(N,)`` group (domain) name of every sample.
+        held_out: the domain whose samples form the test set.
+
+    Returns:
+        ``(train_names, train_parts, test)``: the training groups in sorted order, their int64
+        index arrays, and the held-out group's int64 indices.
+
+    Raises:
+        ConfigError: ``held_out`` is not a group, or it is the only one.
+    """
+    groups = np.asarray(groups).astype(str)
+    names = sorted(set(groups.tolist()))
+    if held_out not in names or len(names) < 2:
+        raise ConfigError(
+            f"held_out must be one of {', '.join(names)} (and at least 2 groups are needed), got {held_out!r}"
+        )
+    train = [n for n in names if n != held_out]
+    return train, [np.flatnonzero(groups == n).astype(np.int64) for n in train], np.flatnonzero(groups == held_out)

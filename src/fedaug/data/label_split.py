@@ -1,0 +1,83 @@
+"""One entry point for the label partitioners, shared by datasets with a ``partition`` option.
+
+Fashion-MNIST, CIFAR-10, EMNIST, UCI-HAR and UrbanSound8K accept ``partition`` = ``dirichlet`` |
+``iid`` | ``quantity`` | ``shards`` | ``scarcity`` and the parameters below; options are checked
+together and every problem is reported at once (option, value, allowed values).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from fedaug.core.errors import ConfigError
+from fedaug.data.partition import dirichlet_partition, iid_partition
+from fedaug.data.partition_skew import quantity_partition, scarcity_partition, shard_partition
+
+PARTITIONS = ("dirichlet", "iid", "quantity", "shards", "scarcity")
+#: option -> the partitions that use it (``num_clients`` is unused by ``scarcity``).
+USES = {
+    "num_clients": ("dirichlet", "iid", "quantity", "shards"),
+    "alpha": ("dirichlet", "scarcity"),
+    "q": ("quantity",),
+    "shards_per_client": ("shards",),
+    "mean_size": ("scarcity",),
+}
+DEFAULTS: dict[str, Any] = {"num_clients": 10, "alpha": 0.5, "q": 2, "shards_per_client": 2, "mean_size": 100}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_partition_options(dataset: str, partition: Any, opts: dict[str, Any]) -> None:
+    """Raise one ConfigError listing every bad option; warn about options the partition ignores.
+
+    Args:
+        dataset: registry name, used as the message prefix.
+        partition: the requested partition name.
+        opts: ``num_clients``, ``alpha``, ``q``, ``shards_per_client``, ``mean_size`` values.
+    """
+    problems = []
+    if partition not in PARTITIONS:
+        problems.append(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    for name in ("num_clients", "q", "shards_per_client", "mean_size"):
+        if not _is_int(opts[name]) or opts[name] < 1:
+            problems.append(f"{name} must be an integer >= 1, got {opts[name]!r}")
+    alpha = opts["alpha"]
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha > 0:
+        problems.append(f"alpha must be > 0, got {alpha!r}; e.g. 0.1 (very skewed) to 100 (near IID)")
+    if problems:
+        raise ConfigError(f"{dataset}: " + "; ".join(problems))
+    for name, users in USES.items():
+        if partition not in users and opts[name] != DEFAULTS[name]:
+            warnings.warn(f"{dataset}: {name}={opts[name]!r} has no effect with partition={partition!r}", stacklevel=3)
+
+
+def partition_labels(labels: np.ndarray, partition: str, seed: int, min_size: int, **opts: Any) -> list[np.ndarray]:
+    """Split ``labels``' indices between clients with the named partitioner.
+
+    Args:
+        labels: ``(N,)`` integer labels.
+        partition: one of :data:`PARTITIONS`.
+        seed: seeds the partitioner.
+        min_size: smallest client for ``dirichlet`` (redrawn until it holds).
+        **opts: ``num_clients``, ``alpha``, ``q``, ``shards_per_client``, ``mean_size``.
+
+    Returns:
+        Disjoint int64 index arrays, one per client.
+    """
+    k = opts["num_clients"]
+    if partition == "dirichlet":
+        return dirichlet_partition(labels, k, opts["alpha"], min_size, seed)
+    if partition == "iid":
+        return iid_partition(labels, k, seed)
+    if partition == "quantity":
+        return quantity_partition(labels, k, opts["q"], seed)
+    if partition == "shards":
+        return shard_partition(labels, k, opts["shards_per_client"], seed)
+    if partition == "scarcity":
+        return scarcity_partition(labels, opts["mean_size"], seed, alpha=opts["alpha"])
+    raise ConfigError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
