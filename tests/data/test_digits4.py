@@ -168,7 +168,10 @@ def test_train_fraction_shrinks_only_train(data: FederatedData) -> None:
         ({"clients_per_domain": 100}, r"has 84 train samples, fewer than clients_per_domain=100"),
         ({"train_fraction": 0.0}, r"train_fraction must be in \(0, 1\], got 0.0"),
         ({"val_fraction": 1.5}, r"val_fraction must be in \[0, 1\), got 1.5"),
-        ({"val_fraction": 0.5, "test_fraction": 0.5}, r"val_fraction \+ test_fraction must be < 1"),
+        (
+            {"val_fraction": 0.5, "test_fraction": 0.5},
+            r"val_fraction \+ test_fraction must be < 1 \(the rest is the train share\), got 0.5 \+ 0.5; lower one",
+        ),
         (
             {"domains": ["mnist", "svhn"]},
             r"domains .* from mnist, usps_like, mnistm_like, synth_like; got \['mnist', 'svhn'\]",

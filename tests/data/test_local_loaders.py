@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.core.errors import DataError
+from fedaug.core.errors import ConfigError, DataError
 from fedaug.data import load_dataset
 from tests.data.test_fashion_mnist import write_idx
 
@@ -162,3 +162,10 @@ def test_prostate_mri(tmp_path: Path) -> None:
 def test_missing_root_shows_layout(name: str, tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"(?s)no such directory \(set the root option\).*Expected layout"):
         load_dataset(name, seed=0, root=str(tmp_path / "absent"))
+
+
+def test_fedbn_option_errors_are_collected() -> None:
+    with pytest.raises(ConfigError, match=r"^office_caltech10: sites must be a non-empty list from amazon, caltech, dslr, "
+                                          r"webcam, got \['x'\]; size must be an integer >= 8, got 4; "
+                                          r"val_fraction must be in \[0, 1\), got 1.0$"):
+        load_dataset("office_caltech10", seed=0, sites=["x"], size=4, val_fraction=1.0)

@@ -68,6 +68,8 @@ def test_imu_option_errors() -> None:
         load_dataset("smartwatch_imu", seed=0, window=0, layout="nhwc")
     with pytest.raises(ConfigError, match=r"clients_per_subject must be an integer in \[1, 14\]"):
         load_dataset("smartwatch_imu", seed=0, clients_per_subject=15)
+    with pytest.raises(ConfigError, match=r"^smartwatch_imu: val_fraction \+ test_fraction must be < 1 .*got 0.5 \+ 0.5"):
+        load_dataset("smartwatch_imu", seed=0, val_fraction=0.5, test_fraction=0.5)
 
 
 def test_brain_mri_2d_mni152() -> None:
@@ -106,6 +108,13 @@ def test_brain_mri_errors() -> None:
         load_dataset("brain_mri", seed=0, sites=["mni"])
     with pytest.raises(ConfigError, match=r"dims must be 2 or 3, got 4"):
         load_dataset("brain_mri", seed=0, dims=4)
+    with pytest.raises(ConfigError, match=r"^brain_mri: size must be an integer >= 8, got 4; test_fraction must be in \[0, 1\), got 1.0$"):
+        load_dataset("brain_mri", seed=0, size=4, test_fraction=1.0)
+
+
+def test_spoken_digits_option_errors() -> None:
+    with pytest.raises(ConfigError, match=r"^spoken_digits: n_mels must be an integer >= 8, got 4; val_fraction must be in"):
+        load_dataset("spoken_digits", seed=0, n_mels=4, val_fraction=-0.1)
 
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)")

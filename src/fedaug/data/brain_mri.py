@@ -34,6 +34,7 @@ from fedaug.core.errors import ConfigError, DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
+from fedaug.data.checks import check_fraction, check_fractions, check_int, raise_problems
 from fedaug.data.partition import stratified_split
 from fedaug.data.registry import DATASETS
 
@@ -164,21 +165,18 @@ def _site_record(site: str, dims: int, size: int, patch: int, spacing: int, min_
     return {"x": x, "y": y, "block": torch.arange(len(x))}
 
 
-def _check(sites: Any, dims: Any, size: Any, patch: Any, spacing: Any, min_brain: Any, fractions: tuple) -> None:
-    problems = []
+def _check(sites: Any, dims: Any, size: Any, patch: Any, spacing: Any, min_brain: Any, val_fraction: Any,
+           test_fraction: Any) -> None:
+    problems: list[str] = []
     if not isinstance(sites, (list, tuple)) or not sites or any(s not in SITES for s in sites) or len(set(sites)) != len(sites):
         problems.append(f"sites must be a non-empty list of distinct names from {', '.join(SITES)}, got {sites!r}")
     if dims not in (2, 3):
         problems.append(f"dims must be 2 or 3, got {dims!r}")
     for name, v, lo in (("size", size, 8), ("patch", patch, 4), ("spacing", spacing, 1)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            problems.append(f"{name} must be an integer >= {lo}, got {v!r}")
-    if not isinstance(min_brain, (int, float)) or not 0 <= min_brain < 1:
-        problems.append(f"min_brain must be in [0, 1), got {min_brain!r}")
-    if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fractions[1:]) or sum(fractions[1:]) >= 1:
-        problems.append(f"val_fraction and test_fraction must be in [0, 1) with sum < 1, got {fractions[1:]}")
-    if problems:
-        raise ConfigError("brain_mri: " + "; ".join(problems))
+        check_int(problems, name, v, lo)
+    check_fraction(problems, "min_brain", min_brain)
+    check_fractions(problems, val_fraction, test_fraction)
+    raise_problems("brain_mri", problems)
 
 
 @DATASETS.register("brain_mri", "brain MRI sites (MNI152 nilearn, Colin27 mricron-data), bg/GM/WM; SMOKE TEST")
@@ -217,8 +215,8 @@ def brain_mri(
         ConfigError: an option is out of range.
         DataError: a package or file is missing (the message gives the install command).
     """
+    _check(sites, dims, size, patch, spacing, min_brain, val_fraction, test_fraction)
     fractions = (1 - val_fraction - test_fraction, val_fraction, test_fraction)
-    _check(sites, dims, size, patch, spacing, min_brain, fractions)
     versions = package_versions(["nilearn", "nibabel", "scikit-image", "numpy", "torch"])
     clients = []
     for site in sites:

@@ -32,6 +32,7 @@ from fedaug.core.errors import ConfigError, DataError, suggest
 from fedaug.core.rng import derive_seed, generator
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
+from fedaug.data.checks import check_fraction, check_fractions, check_int, is_int, raise_problems
 from fedaug.data.partition import iid_partition, stratified_split
 from fedaug.data.registry import DATASETS
 
@@ -211,11 +212,7 @@ def _generate(domain: str, n: int, size: int, seed: int) -> dict[str, Tensor]:
 
 def _check(p: dict[str, Any]) -> tuple[str, ...]:
     """Validate the options ``p``, raise one ConfigError listing all problems; return the domains in order."""
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    problems = []
+    problems: list[str] = []
     domains = p["domains"]
     names = list(domains) if isinstance(domains, (list, tuple)) else []
     unknown = [d for d in names if d not in DOMAINS]
@@ -228,22 +225,13 @@ def _check(p: dict[str, Any]) -> tuple[str, ...]:
     cap = min((CAPACITY[d] for d in chosen if CAPACITY[d] is not None), default=None)
     if p["channels"] not in (1, 3) or not is_int(p["channels"]):
         problems.append(f"channels must be 1 or 3, got {p['channels']!r}")
-    if not is_int(p["size"]) or not 8 <= p["size"] <= MAX_SIZE:
-        problems.append(f"size must be an integer in [8, {MAX_SIZE}], got {p['size']!r}")
-    n = p["samples_per_domain"]
-    if not is_int(n) or n < 10 or (cap is not None and n > cap):
-        problems.append(f"samples_per_domain must be an integer in [10, {cap or 'inf'}] for {chosen}, got {n!r}")
-    if not is_int(p["clients_per_domain"]) or p["clients_per_domain"] < 1:
-        problems.append(f"clients_per_domain must be an integer >= 1, got {p['clients_per_domain']!r}")
-    if not isinstance(p["train_fraction"], (int, float)) or not 0 < p["train_fraction"] <= 1:
-        problems.append(f"train_fraction must be in (0, 1], got {p['train_fraction']!r}")
-    for key in ("val_fraction", "test_fraction"):
-        if not isinstance(p[key], (int, float)) or not 0 <= p[key] < 1:
-            problems.append(f"{key} must be in [0, 1), got {p[key]!r}")
-    if not problems and p["val_fraction"] + p["test_fraction"] >= 1:
-        problems.append(f"val_fraction + test_fraction must be < 1, got {p['val_fraction']} + {p['test_fraction']}")
-    if problems:
-        raise ConfigError("digits4: " + "; ".join(problems))
+    check_int(problems, "size", p["size"], 8, MAX_SIZE)
+    check_int(problems, "samples_per_domain", p["samples_per_domain"], 10, math.inf if cap is None else cap,
+              note=f" for {chosen}")
+    check_int(problems, "clients_per_domain", p["clients_per_domain"], 1)
+    check_fraction(problems, "train_fraction", p["train_fraction"], interval="(0, 1]")
+    check_fractions(problems, p["val_fraction"], p["test_fraction"])
+    raise_problems("digits4", problems)
     return chosen
 
 

@@ -20,6 +20,7 @@ import torch
 from fedaug.core.errors import ConfigError, DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.data.checks import check_fractions, check_int, is_int, raise_problems
 from fedaug.data.label_split import check_partition_options, partition_labels
 from fedaug.data.registry import DATASETS
 
@@ -97,18 +98,12 @@ def load_arrays(root: str | os.PathLike[str]) -> dict[str, tuple[np.ndarray, np.
 
 
 def _check(min_size: Any, samples: Any, val_fraction: Any) -> None:
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    problems = []
-    if not is_int(min_size) or min_size < 0:
-        problems.append(f"min_size must be an integer >= 0, got {min_size!r}")
+    problems: list[str] = []
+    check_int(problems, "min_size", min_size, 0)
     if samples is not None and (not is_int(samples) or samples < 1):
         problems.append(f"samples must be None (all) or an integer >= 1, got {samples!r}")
-    if not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:
-        problems.append(f"val_fraction must be in [0, 1), got {val_fraction!r}")
-    if problems:
-        raise ConfigError("fashion_mnist: " + "; ".join(problems))
+    check_fractions(problems, val_fraction)
+    raise_problems("fashion_mnist", problems)
 
 
 def _test_indices(train_labels: list[np.ndarray], test_labels: np.ndarray, rate: float, seed: int) -> list[np.ndarray]:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedaug.core.errors import ConfigError, DataError
+from fedaug.core.errors import DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.partition import natural_partition, stratified_split
 from fedaug.data.registry import DATASETS
 
@@ -75,24 +76,16 @@ def windows(x: np.ndarray, window: int, stride: int) -> np.ndarray:
 
 def _check(window: Any, stride: Any, layout: Any, split_by: Any, val_fraction: Any, test_fraction: Any,
            clients_per_subject: Any) -> None:
-    problems = []
-    if not isinstance(clients_per_subject, int) or isinstance(clients_per_subject, bool) or not (
-        1 <= clients_per_subject <= 14
-    ):
-        problems.append(f"clients_per_subject must be an integer in [1, 14] (recordings per subject), "
-                        f"got {clients_per_subject!r}")
-    for name, v in (("window", window), ("stride", stride)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            problems.append(f"{name} must be an integer >= 1, got {v!r}")
+    problems: list[str] = []
+    check_int(problems, "clients_per_subject", clients_per_subject, 1, 14, note=" (recordings per subject)")
+    check_int(problems, "window", window, 1)
+    check_int(problems, "stride", stride, 1)
     if layout not in LAYOUTS:
         problems.append(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if split_by not in SPLIT_BY:
         problems.append(f"split_by must be one of {', '.join(SPLIT_BY)}, got {split_by!r}")
-    fr = (val_fraction, test_fraction)
-    if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fr) or sum(fr) >= 1:
-        problems.append(f"val_fraction and test_fraction must be in [0, 1) with sum < 1, got {fr}")
-    if problems:
-        raise ConfigError("smartwatch_imu: " + "; ".join(problems))
+    check_fractions(problems, val_fraction, test_fraction)
+    raise_problems("smartwatch_imu", problems)
 
 
 @DATASETS.register("smartwatch_imu", "smartwatch IMU exercises (seglearn, real), 7 classes, 10 subjects as clients")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedaug.core.errors import ConfigError
+from fedaug.data.checks import check_int, raise_problems
 from fedaug.data.partition import dirichlet_partition, iid_partition
 from fedaug.data.partition_skew import quantity_partition, scarcity_partition, shard_partition
 
@@ -28,10 +29,6 @@ USES = {
 DEFAULTS: dict[str, Any] = {"num_clients": 10, "alpha": 0.5, "q": 2, "shards_per_client": 2, "mean_size": 100}
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def check_partition_options(dataset: str, partition: Any, opts: dict[str, Any]) -> None:
     """Raise one ConfigError listing every bad option; warn about options the partition ignores.
 
@@ -40,17 +37,15 @@ def check_partition_options(dataset: str, partition: Any, opts: dict[str, Any]) 
         partition: the requested partition name.
         opts: ``num_clients``, ``alpha``, ``q``, ``shards_per_client``, ``mean_size`` values.
     """
-    problems = []
+    problems: list[str] = []
     if partition not in PARTITIONS:
         problems.append(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
     for name in ("num_clients", "q", "shards_per_client", "mean_size"):
-        if not _is_int(opts[name]) or opts[name] < 1:
-            problems.append(f"{name} must be an integer >= 1, got {opts[name]!r}")
+        check_int(problems, name, opts[name], 1)
     alpha = opts["alpha"]
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha > 0:
         problems.append(f"alpha must be > 0, got {alpha!r}; e.g. 0.1 (very skewed) to 100 (near IID)")
-    if problems:
-        raise ConfigError(f"{dataset}: " + "; ".join(problems))
+    raise_problems(dataset, problems)
     for name, users in USES.items():
         if partition not in users and opts[name] != DEFAULTS[name]:
             warnings.warn(f"{dataset}: {name}={opts[name]!r} has no effect with partition={partition!r}", stacklevel=3)

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError, DataError
+from fedaug.core.errors import DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, Split
+from fedaug.data.checks import check_fractions, raise_problems
 from fedaug.data.label_split import check_partition_options, partition_labels
 from fedaug.data.partition import iid_partition, stratified_split
 
@@ -31,10 +32,12 @@ def require_root(dataset: str, root: Any, layout: str) -> Path:
     return Path(root)
 
 
-def check_fractions(dataset: str, val_fraction: Any, test_fraction: Any = 0.0) -> tuple[float, float, float]:
-    fr = (val_fraction, test_fraction)
-    if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fr) or sum(fr) >= 1:
-        raise ConfigError(f"{dataset}: val_fraction and test_fraction must be in [0, 1) with sum < 1, got {fr}")
+def split_fractions(dataset: str, val_fraction: Any, test_fraction: Any = 0.0) -> tuple[float, float, float]:
+    """The ``(train, val, test)`` shares; a ConfigError (see :func:`fedaug.data.checks.check_fractions`) when
+    a fraction is outside ``[0, 1)`` or they leave no train share."""
+    problems: list[str] = []
+    check_fractions(problems, val_fraction, test_fraction)
+    raise_problems(dataset, problems)
     return (1 - val_fraction - test_fraction, float(val_fraction), float(test_fraction))
 
 
@@ -49,7 +52,7 @@ def label_skew_clients(dataset: str, x: Tensor, y: Tensor, x_test: Tensor, y_tes
         opts: ``num_clients``, ``alpha``, ``q``, ``shards_per_client``, ``mean_size``.
     """
     check_partition_options(dataset, partition, opts)
-    check_fractions(dataset, val_fraction)
+    split_fractions(dataset, val_fraction)
     shares = partition_labels(y.numpy(), partition, derive_seed(seed, dataset, "partition"), min_size, **opts)
     tests = iid_partition(y_test.numpy(), len(shares), derive_seed(seed, dataset, "test"))
     clients = []

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError
 from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.fashion_mnist import read_idx
-from fedaug.data.local_common import check_fractions, group_clients, label_skew_clients, layout_error, require_root
+from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, require_root
 from fedaug.data.registry import DATASETS
 
 CIFAR_LAYOUT = "  <root>/data_batch_1 ... data_batch_5, test_batch   (python pickles, as in cifar-10-batches-py/)"
@@ -157,11 +157,12 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
 def _fedbn(name: str, prefix: str, all_sites: tuple[str, ...], classes: tuple[str, ...], seed: int, root: Any,
            sites: Any, size: Any, val_fraction: Any) -> FederatedData:
     sites = list(all_sites if sites is None else sites)
+    problems: list[str] = []
     if not sites or any(s not in all_sites for s in sites):
-        raise ConfigError(f"{name}: sites must be a non-empty list from {', '.join(all_sites)}, got {sites!r}")
-    if not isinstance(size, int) or size < 8:
-        raise ConfigError(f"{name}: size must be an integer >= 8, got {size!r}")
-    check_fractions(name, val_fraction)
+        problems.append(f"sites must be a non-empty list from {', '.join(all_sites)}, got {sites!r}")
+    check_int(problems, "size", size, 8)
+    check_fractions(problems, val_fraction)
+    raise_problems(name, problems)
     root = require_root(name, root, FEDBN_LAYOUT.format(prefix=prefix))
     clients = []
     for site in sites:

@@ -18,7 +18,7 @@ from fedaug.data.audio import fix_length, log_mel, read_wav, resample
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.brain_mri import axial_slices
 from fedaug.data.cache import load_or_build, package_versions
-from fedaug.data.local_common import check_fractions, group_clients, label_skew_clients, layout_error, require_root
+from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, require_root, split_fractions
 from fedaug.data.registry import DATASETS
 
 HAR_SIGNALS = tuple(f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz")
@@ -64,7 +64,7 @@ def uci_har(*, seed: int, root: str | None = None, partition: str = "subject", n
     (``test_fraction`` unused).
     """
     tr, te = read_uci_har(root, "train"), read_uci_har(root, "test")
-    fractions = check_fractions("uci_har", val_fraction, test_fraction)
+    fractions = split_fractions("uci_har", val_fraction, test_fraction)
     params = {"seed": seed, "root": str(root), "partition": partition}
     if partition == "subject":
         x, y, subj = (np.concatenate([a, b]) for a, b in zip(tr, te, strict=True))
@@ -152,7 +152,7 @@ def prostate_mri(*, seed: int, root: str | None = None, sites: list[str] | None 
     sites = list(PROSTATE_SITES if sites is None else sites)
     if not sites or any(s not in PROSTATE_SITES for s in sites):
         raise ConfigError(f"prostate_mri: sites must be a non-empty list from {', '.join(PROSTATE_SITES)}, got {sites!r}")
-    fractions = check_fractions("prostate_mri", val_fraction, test_fraction)
+    fractions = split_fractions("prostate_mri", val_fraction, test_fraction)
     groups = {}
     for site in sites:
         cases = sorted(p for p in (root / site).glob("*.nii*") if "segmentation" not in p.name.lower())

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedaug.core.errors import ConfigError
+from fedaug.data.checks import require_int
 
 #: how many Dirichlet draws :func:`dirichlet_partition` tries before giving up.
 MAX_DIRICHLET_ATTEMPTS = 1000
 
 
 def _check_clients(num_clients: int, num_samples: int) -> None:
-    if not isinstance(num_clients, int) or isinstance(num_clients, bool) or num_clients < 1:
-        raise ConfigError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    require_int("num_clients", num_clients, 1)
     if num_clients > num_samples:
         raise ConfigError(
             f"num_clients={num_clients} exceeds the {num_samples} samples to partition; "
@@ -89,11 +89,7 @@ def dirichlet_partition(
     _check_clients(num_clients, n)
     if not alpha > 0:
         raise ConfigError(f"alpha must be > 0, got {alpha!r}; e.g. 0.1 (very skewed) to 100 (near IID)")
-    if not isinstance(min_size, int) or min_size < 0 or min_size * num_clients > n:
-        raise ConfigError(
-            f"min_size must be an integer in [0, {n // num_clients}] for {n} samples and "
-            f"{num_clients} clients, got {min_size!r}"
-        )
+    require_int("min_size", min_size, 0, n // num_clients, note=f" for {n} samples and {num_clients} clients")
     rng = np.random.default_rng(seed)
     for _ in range(MAX_DIRICHLET_ATTEMPTS):
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
@@ -172,13 +168,7 @@ def natural_partition(
     groups = np.asarray(groups)
     names_u, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     smallest = int(counts.min()) if len(counts) else 0
-    if not isinstance(clients_per_group, int) or isinstance(clients_per_group, bool) or not (
-        1 <= clients_per_group <= max(smallest, 1)
-    ):
-        raise ConfigError(
-            f"clients_per_group must be an integer in [1, {smallest}] (the smallest group's size), "
-            f"got {clients_per_group!r}"
-        )
+    require_int("clients_per_group", clients_per_group, 1, max(smallest, 1), note=" (the smallest group's size)")
     lab = np.zeros(len(groups), np.int64) if labels is None else np.asarray(labels)
     names: list[str] = []
     parts: list[np.ndarray] = []

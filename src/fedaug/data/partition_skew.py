@@ -11,11 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedaug.core.errors import ConfigError
+from fedaug.data.checks import check_fraction, require_int
 from fedaug.data.partition import _check_clients, dirichlet_partition, iid_partition, stratified_split
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def quantity_partition(labels: np.ndarray, num_clients: int, q: int, seed: int) -> list[np.ndarray]:
@@ -43,8 +40,7 @@ def quantity_partition(labels: np.ndarray, num_clients: int, q: int, seed: int) 
     labels = np.asarray(labels)
     _check_clients(num_clients, max(len(labels), num_clients))
     classes = np.unique(labels)
-    if not _is_int(q) or not 1 <= q <= len(classes):
-        raise ConfigError(f"q must be an integer in [1, {len(classes)}] (the number of classes), got {q!r}")
+    require_int("q", q, 1, len(classes), note=" (the number of classes)", numpy=True)
     rng = np.random.default_rng(seed)
     holders = np.zeros(len(classes), np.int64)
     chosen = []
@@ -93,11 +89,8 @@ def shard_partition(labels: np.ndarray, num_clients: int, shards_per_client: int
     """
     labels = np.asarray(labels)
     _check_clients(num_clients, len(labels))
-    if not _is_int(shards_per_client) or shards_per_client < 1 or num_clients * shards_per_client > len(labels):
-        raise ConfigError(
-            f"shards_per_client must be an integer in [1, {len(labels) // num_clients}] for {len(labels)} "
-            f"samples and {num_clients} clients, got {shards_per_client!r}"
-        )
+    require_int("shards_per_client", shards_per_client, 1, len(labels) // num_clients,
+                note=f" for {len(labels)} samples and {num_clients} clients", numpy=True)
     rng = np.random.default_rng(seed)
     shuffled = rng.permutation(len(labels))
     order = shuffled[np.argsort(labels[shuffled], kind="stable")]
@@ -126,11 +119,8 @@ def power_law_sizes(num_samples: int, num_clients: int, exponent: float, min_siz
     _check_clients(num_clients, max(num_samples, num_clients))
     if not isinstance(exponent, (int, float)) or not exponent >= 0:
         raise ConfigError(f"exponent must be a number >= 0 (0: equal sizes), got {exponent!r}")
-    if not _is_int(min_size) or min_size < 0 or min_size * num_clients > num_samples:
-        raise ConfigError(
-            f"min_size must be an integer in [0, {num_samples // num_clients}] for {num_samples} samples "
-            f"and {num_clients} clients, got {min_size!r}"
-        )
+    require_int("min_size", min_size, 0, num_samples // num_clients,
+                note=f" for {num_samples} samples and {num_clients} clients", numpy=True)
     rng = np.random.default_rng(seed)
     weights = rng.permutation(np.arange(1, num_clients + 1, dtype=np.float64) ** -float(exponent))
     share = weights / weights.sum() * (num_samples - min_size * num_clients)
@@ -162,8 +152,7 @@ def scarcity_num_clients(num_samples: int, mean_size: int) -> int:
     Raises:
         ConfigError: ``mean_size`` is not an integer in ``[1, num_samples]``.
     """
-    if not _is_int(mean_size) or not 1 <= mean_size <= max(num_samples, 1):
-        raise ConfigError(f"mean_size must be an integer in [1, {num_samples}] (samples to share), got {mean_size!r}")
+    require_int("mean_size", mean_size, 1, max(num_samples, 1), note=" (samples to share)", numpy=True)
     return max(1, round(num_samples / mean_size))
 
 
@@ -194,7 +183,8 @@ def fraction_subset(labels: np.ndarray, parts: Sequence[np.ndarray], fraction: f
     Raises:
         ConfigError: ``fraction`` is not in (0, 1].
     """
-    if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise ConfigError(f"fraction must be in (0, 1] (e.g. 1/6 ... 1), got {fraction!r}")
+    problems: list[str] = []
+    if not check_fraction(problems, "fraction", fraction, interval="(0, 1]", note=" (e.g. 1/6 ... 1)"):
+        raise ConfigError(problems[0])
     labels = np.asarray(labels)
     return [p[stratified_split(labels[p], (fraction, 1 - fraction), seed + k)[0]] for k, p in enumerate(parts)]

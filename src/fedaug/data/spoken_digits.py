@@ -19,11 +19,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError, DataError
+from fedaug.core.errors import DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.audio import fix_length, frames, log_mel, read_wav
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
+from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.partition import stratified_split
 from fedaug.data.registry import DATASETS
 
@@ -85,21 +86,18 @@ def _build_client(voice: str, per_class: int, duration: float, n_mels: int, seed
     return {"x": x.unsqueeze(1), "y": torch.tensor(labels, dtype=torch.int64)}
 
 
-def _check(voices: Any, per_class: Any, duration: Any, n_mels: Any, fractions: tuple) -> None:
-    problems = []
+def _check(voices: Any, per_class: Any, duration: Any, n_mels: Any, val_fraction: Any, test_fraction: Any) -> None:
+    problems: list[str] = []
     if not isinstance(voices, (list, tuple)) or not voices or not all(isinstance(v, str) and v for v in voices):
         problems.append(f"voices must be a non-empty list of espeak-ng voice names (e.g. {', '.join(VOICES)}), got {voices!r}")
     elif len(set(voices)) != len(voices):
         problems.append(f"voices must be distinct, got {list(voices)}")
-    for name, v, lo in (("samples_per_class", per_class, 3), ("n_mels", n_mels, 8)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            problems.append(f"{name} must be an integer >= {lo}, got {v!r}")
+    check_int(problems, "samples_per_class", per_class, 3)
+    check_int(problems, "n_mels", n_mels, 8)
     if not isinstance(duration, (int, float)) or not 0.2 <= duration <= 5:
         problems.append(f"duration must be in [0.2, 5] seconds, got {duration!r}")
-    if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fractions[1:]) or sum(fractions[1:]) >= 1:
-        problems.append(f"val_fraction and test_fraction must be in [0, 1) with sum < 1, got {fractions[1:]}")
-    if problems:
-        raise ConfigError("spoken_digits: " + "; ".join(problems))
+    check_fractions(problems, val_fraction, test_fraction)
+    raise_problems("spoken_digits", problems)
 
 
 @DATASETS.register("spoken_digits", "SYNTHETIC spoken digits (espeak-ng), log-mel, one voice/accent per client")
@@ -131,8 +129,8 @@ def spoken_digits(
         ConfigError: an option is out of range.
         DataError: espeak-ng is missing (with the install command) or rejects a voice.
     """
+    _check(voices, samples_per_class, duration, n_mels, val_fraction, test_fraction)
     fractions = (1 - val_fraction - test_fraction, val_fraction, test_fraction)
-    _check(voices, samples_per_class, duration, n_mels, fractions)
     version = espeak_version(espeak_binary())
     clients = []
     for voice in voices:
