@@ -96,3 +96,14 @@ def part_nbytes(part: Mapping[str, Tensor]) -> int:
 def message_nbytes(message: Mapping[str, Mapping[str, Tensor]]) -> dict[str, int]:
     """Bytes per component of a message."""
     return {name: part_nbytes(part) for name, part in message.items()}
+
+
+def state_nbytes(state: object) -> int:
+    """Bytes of every tensor in a nest of dicts, lists and tuples (e.g. a client's per-client state)."""
+    if isinstance(state, Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, Mapping):
+        return sum(state_nbytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_nbytes(v) for v in state)
+    return 0

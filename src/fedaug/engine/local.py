@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,8 @@ def train_client(
         state: the client's per-client state ``{component name: state}``.
         cfg: local training options.
     """
+    steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
+    ctx = dataclasses.replace(ctx, num_steps=len(steps))
     views = {c.name: ctx.view(c.name) for c in recipe.components}
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
@@ -77,6 +80,7 @@ def train_client(
         forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
         transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
         sums: dict[str, Tensor] = {}
+        first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
 
         def closure() -> Tensor:
             optimizer.zero_grad(set_to_none=True)
@@ -89,16 +93,18 @@ def train_client(
             total.backward()
             for c in adjusters:
                 c.before_step(views[c.name], optimizer)
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + v.detach()
+            if first_call[0]:
+                for k, v in terms.items():
+                    sums[k] = sums.get(k, 0.0) + v.detach()
+                first_call[0] = False
             return total.detach()
 
-        steps = batch_indices(len(data), cfg, ctx.view("engine").rng("shuffle"))
         total_sum = torch.zeros(())
         for idx in steps:
             batch = Batch(data.x[idx], data.y[idx])
             for c in transforms:
                 batch = c.transform_batch(views[c.name], batch)
+            first_call[0] = True
             total_sum += stepper.step(views[stepper.name], optimizer, closure)
         uplink, new_state = {}, {}
         for c in recipe.components:

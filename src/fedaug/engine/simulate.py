@@ -18,10 +18,11 @@ import torch
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
-from fedaug.core.payload import Message, message_nbytes, validate_part
+from fedaug.core.payload import Message, message_nbytes, state_nbytes, validate_part
 from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
+from fedaug.engine.after_aggregate import queriers, query_clients
 from fedaug.engine.evaluate import evaluate
 from fedaug.engine.local import train_client
 from fedaug.engine.progress import Progress
@@ -62,6 +63,7 @@ class Simulation:
             self.model = build_model(cfg.model.name, data.input_shape[0], data.num_classes, **cfg.model.options)
         for c in recipe.components:
             c.setup(self.model)
+            c.setup_server(data.num_clients)
         self.server: dict[str, State] = {c.name: c.init_server(self.model) for c in recipe.components}
         self.down_specs = {c.name: c.downlink_spec(self.model) for c in recipe.components}
         self.client_states: dict[int, dict[str, State]] = {}
@@ -114,6 +116,15 @@ class Simulation:
         for c in self.recipe.components:
             parts = [Uplink(cid, uplinks[cid][1], uplinks[cid][0][c.name]) for cid in order]
             self.server[c.name] = c.aggregate(self.server[c.name], parts)
+        query = None
+        if queriers(self.recipe):  # e.g. FLea: the round's clients upload features of the new model
+            query = query_clients(self.recipe, self.model, self.server, self.client_states, data, self.task,
+                                  cfg.seed, r, order, self.down_specs[self.recipe.base.name], self.order)
+            for name, nbytes in query.down.items():
+                down[name] += nbytes
+            for name, nbytes in query.up.items():
+                up[name] += nbytes
+            rejected += query.rejected
         self.round = r
         self.comm_total = {"down": self.comm_total["down"] + sum(down.values()),
                            "up": self.comm_total["up"] + sum(up.values())}
@@ -122,7 +133,11 @@ class Simulation:
             "round": r, "lr": lr, "sampled": sampled, "rejected": rejected,
             "train": {"loss": sum(losses) / len(losses), "clients": train_metrics},
             "comm": {"down": down, "up": up, "down_total": sum(down.values()), "up_total": sum(up.values())},
+            "client_state": {"bytes": {str(cid): state_nbytes(self.client_states[cid]) for cid in order
+                                       if cid in self.client_states},
+                             "total_bytes": sum(state_nbytes(st) for st in self.client_states.values())},
             "time": {"train_s": time.perf_counter() - t0},
+            **({"after_aggregate": {"down": query.down, "up": query.up}} if query is not None else {}),
         }
 
     def evaluate(self) -> dict[str, Any]:

@@ -13,9 +13,11 @@ Client side of one round, in call order::
                -> task_loss (replaceable) + loss_terms -> backward -> before_step; then
                optimizer.step)
     round_end(ctx) -> (uplink part, new per-client state)
+    after_aggregate(ctx, state) -> part  only if overridden: after aggregation, with the new global model
 
-Server side: ``init_server`` once, then per round ``downlink`` for each sampled client and
-``aggregate`` over the accepted uplinks (sorted by client id). Evaluation of the global model on
+Server side: ``setup_server`` and ``init_server`` once, then per round ``downlink`` for each sampled client and
+``aggregate`` over the accepted uplinks (sorted by client id), then, if some component overrides
+``after_aggregate``, ``after_aggregate_update`` over those clients' post-aggregation parts. Evaluation of the global model on
 client ``k`` calls ``eval_start`` and then ``transform_batch`` with ``ctx.training == False``.
 """
 
@@ -78,6 +80,8 @@ class ClientCtx:
         lr: this round's learning rate.
         training: ``True`` during local training, ``False`` during evaluation.
         task: the task's loss and metric (set by the engine).
+        num_steps: the number of local optimiser steps of this round, known from
+            ``round_start`` on (set by the engine; 0 during evaluation).
         component: the name of the component this view belongs to (set by the recipe).
     """
 
@@ -89,6 +93,7 @@ class ClientCtx:
     lr: float = 0.0
     training: bool = True
     task: Task | None = None
+    num_steps: int = 0
     component: str = ""
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
 
@@ -106,7 +111,7 @@ class ClientCtx:
         """A view of this context for ``component``; views share their random streams' table."""
         return ClientCtx(
             self.model, self.client_id, self.round, self.seed, self.data,
-            self.lr, self.training, self.task, component, self._streams,
+            self.lr, self.training, self.task, self.num_steps, component, self._streams,
         )
 
 
@@ -174,7 +179,22 @@ class Component:
     def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
         """Prepare ``ctx.model`` to evaluate the global model on client ``ctx.client_id``."""
 
+    def after_aggregate(self, ctx: ClientCtx, state: State) -> Part:
+        """Post-aggregation query (FLea, KDD 2024, Alg. 1 lines 14-17): an extra uplink part.
+
+        Runs on every client whose uplink was accepted this round, after aggregation, with
+        ``ctx.model`` holding the NEW global model as that client receives it (the base's downlink,
+        loaded by the base's ``round_start``), in eval mode, without gradients; ``ctx.training``
+        is False. The engine runs this phase only if a component overrides this hook, validates
+        the part against :meth:`after_aggregate_spec` and counts its bytes as uplink (and the
+        re-sent model as downlink).
+        """
+        return {}
+
     # --- server side -----------------------------------------------------------------------
+    def setup_server(self, num_clients: int) -> None:
+        """Learn the number of clients in the federation (once, before :meth:`init_server`)."""
+
     def init_server(self, model: nn.Module) -> State:
         """The initial server state, from a freshly initialised model."""
         return {}
@@ -193,4 +213,12 @@ class Component:
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
         """The new server state from the accepted uplinks (sorted by client id)."""
+        return server
+
+    def after_aggregate_spec(self, server: State) -> Spec:
+        """What the server accepts as this component's :meth:`after_aggregate` part."""
+        return {}
+
+    def after_aggregate_update(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        """The server state from the accepted :meth:`after_aggregate` parts (sorted by client id)."""
         return server

@@ -67,9 +67,9 @@ class FedAvg(Component):
 
     def __init__(self, *, weighting: str = "samples", bn: str = "average") -> None:
         if weighting not in WEIGHTINGS:
-            raise ConfigError(f"fedavg.weighting must be one of {', '.join(WEIGHTINGS)}, got '{weighting}'")
+            raise ConfigError(f"{self.name}.weighting must be one of {', '.join(WEIGHTINGS)}, got '{weighting}'")
         if bn not in BN_POLICIES:
-            raise ConfigError(f"fedavg.bn must be one of {', '.join(BN_POLICIES)}, got '{bn}'")
+            raise ConfigError(f"{self.name}.bn must be one of {', '.join(BN_POLICIES)}, got '{bn}'")
         self.weighting = weighting
         self.bn = bn
 

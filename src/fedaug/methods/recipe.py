@@ -53,7 +53,7 @@ class Recipe:
             problems.append(f"component(s) listed twice: {', '.join(repeated)}")
         self.replacer: dict[str, Component] = {}
         for hook in REPLACEABLE:
-            owners = [c for c in augs if overrides(c, hook)]
+            owners = [c for c in components if overrides(c, hook)]
             if len(owners) > 1:
                 problems.append(
                     f"both '{owners[0].name}' and '{owners[1].name}' replace '{hook}'; "

@@ -1,0 +1,161 @@
+"""Cost of FFA layers: training-step time with the layers / without, next to nn.InstanceNorm, and
+FedFA's extra communication per round measured by the engine against Appendix D's formula.
+
+Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps 5] [--threads 2]``
+
+For each model, every configuration is attached at the model's default ``feature_stages`` with the
+same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
+fused variance), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
+layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
+Repeats are interleaved (none, ffa, ffa-autograd, instancenorm, none, ...); each repeat times
+``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
+timed steps, and every ratio divides two medians of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from fedaug.config.schema import validate
+from fedaug.core.rng import scoped_global_seed
+from fedaug.engine.simulate import build_simulation
+from fedaug.layers import FFALayer, attach, stage_channels
+from fedaug.models import build_model
+
+# name: (in_channels, num_classes, input shape without batch, label shape without batch, batch)
+MODELS = {
+    "small_cnn": (1, 10, (1, 28, 28), (), 32),
+    "alexnet_bn": (3, 10, (3, 128, 128), (), 8),  # sides >= 63 to run, >= 127 for 3x3 maps at conv5
+    "unet2d": (3, 2, (3, 64, 64), (64, 64), 8),
+}  # fmt: skip
+
+
+class AutogradFFA(nn.Module):
+    """FFA written as plain differentiable tensor code (statistics, Eq. 3, 7, 9, 8), p = 1."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.gamma = torch.ones(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        dims = tuple(range(2, x.dim()))
+        mu = x.mean(dim=dims, keepdim=True)
+        sigma = (x.var(dim=dims, keepdim=True) + 1e-6).sqrt()
+        std_mu = ((self.gamma.view(mu.shape[1:]) + 1) * (mu.var(dim=0, keepdim=True) + 1e-6)).sqrt()
+        std_sigma = ((self.gamma.view(mu.shape[1:]) + 1) * (sigma.var(dim=0, keepdim=True) + 1e-6)).sqrt()
+        mu_hat = mu + torch.randn_like(mu) * std_mu
+        sigma_hat = sigma + torch.randn_like(sigma) * std_sigma
+        return sigma_hat * (x - mu) / sigma + mu_hat
+
+
+def instance_norm(channels: int, rank: int) -> nn.Module:
+    return {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}[rank](channels)
+
+
+MAKERS: dict[str, Callable[[int, int], nn.Module] | None] = {
+    "none": None,
+    "ffa": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0)),
+    "ffa-autograd": lambda c, rank: AutogradFFA(c),
+    "instancenorm": instance_norm,
+}
+
+
+def time_model(name: str, repeats: int, steps: int) -> dict[str, float]:
+    """Median seconds per SGD step of ``name`` for every configuration of :data:`MAKERS`."""
+    cin, ncls, shape, label_shape, batch = MODELS[name]
+    with scoped_global_seed(0, "bench", name):
+        model = build_model(name, in_channels=cin, num_classes=ncls).train()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, *shape, generator=g)
+    y = torch.randint(0, ncls, (batch, *label_shape), generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    channels = stage_channels(model, x[:2])
+    ranks = {}
+    with torch.no_grad():
+        probe = {n: _RankProbe(ranks, n) for n in channels}
+        with attach(model, probe):
+            model.eval()(x[:2])
+    model.train()
+    times: dict[str, list[float]] = {k: [] for k in MAKERS}
+    for _ in range(repeats):
+        for key, make in MAKERS.items():
+            layers = {} if make is None else {n: make(c, ranks[n]) for n, c in channels.items()}
+            with attach(model, layers):
+                for i in range(steps + 1):
+                    start = time.perf_counter()
+                    loss = nn.functional.cross_entropy(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if i:
+                        times[key].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+class _RankProbe(nn.Module):
+    def __init__(self, found: dict[str, int], name: str) -> None:
+        super().__init__()
+        self.found, self.name = found, name
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.found[self.name] = x.dim() - 2
+        return x
+
+
+def measured_comm(model: str, data: dict, rounds: int = 2) -> tuple[int, int, int]:
+    """(clients, FedFA bytes up + down in the last round, Appendix D formula per client in bytes)."""
+    raw = {"seed": 0, "data": data, "model": {"name": model},
+           "method": {"base": "fedavg", "augs": ["fedfa"]},
+           "train": {"rounds": rounds, "local_steps": 1, "batch_size": 4, "lr": 1e-3}, "threads": 2}
+    sim = build_simulation(validate(raw))
+    for r in range(1, rounds + 1):
+        record = sim.run_round(r)
+    layers = sim.recipe.components[1].layers.values()
+    formula = 4 * sum(layer.num_channels for layer in layers) * 4  # 4 sum_k C_k float32 values
+    clients = len(record["sampled"])
+    return clients, record["comm"]["up"]["fedfa"] + record["comm"]["down"]["fedfa"], formula
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per repeat and configuration")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--skip-comm", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.repeats} interleaved repeats x "
+          f"{args.steps} steps, medians; p = 1 at every default stage\n")
+    print("| model | input | batch | ms/step none | FFA ratio | autograd FFA ratio | InstanceNorm ratio | FFA / IN |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name in args.models:
+        med = time_model(name, args.repeats, args.steps)
+        base = med["none"]
+        r = {k: v / base for k, v in med.items()}
+        _, _, shape, _, batch = MODELS[name]
+        print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.1f} | {r['ffa']:.3f} | "
+              f"{r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | {r['ffa'] / r['instancenorm']:.3f} |", flush=True)
+    if args.skip_comm:
+        return
+    print("\n| model | clients | FedFA bytes/round (engine) | per client | Appendix D 4 sum C x 4 B |")
+    print("|---|---:|---:|---:|---:|")
+    cases = {
+        "alexnet_bn": {"name": "synthetic", "options": {"num_clients": 2, "samples_per_client": 8,
+                                                        "channels": 3, "size": 64}},
+        "unet2d": {"name": "brain_mri", "options": {"dims": 2, "size": 64}},
+    }
+    for model, data in cases.items():
+        clients, nbytes, formula = measured_comm(model, data)
+        print(f"| `{model}` | {clients} | {nbytes:,} | {nbytes // clients:,} ({nbytes / clients / 1024:.1f} KB) | "
+              f"{formula:,} ({formula / 1024:.1f} KB) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

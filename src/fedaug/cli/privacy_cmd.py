@@ -1,0 +1,113 @@
+"""``fedaug privacy exposure|dcor|attack <run dir>``: privacy analyses of a finished run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaug.config.load import parse_config, read_toml
+from fedaug.core.errors import ConfigError
+from fedaug.core.serialize import load_tensors
+from fedaug.engine.records import CONFIG, RunDir
+from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.models.split import forward_front
+from fedaug.privacy.attacks import context_attack, reconstruction_attack
+from fedaug.privacy.exposure import feature_exposure, flea_schedule
+from fedaug.privacy.figures import save_reconstructions
+from fedaug.privacy.probe import feature_dcor, global_model, pooled
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("privacy", help="privacy analyses of a run (exposure, dCor, attacks)",
+                       description="Privacy analyses of shared features (FLea, KDD 2024, Sec. 4.4).")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    e = actions.add_parser("exposure", help="feature exposure eps(t) per round (FLea's buffer schedule)")
+    d = actions.add_parser("dcor", help="dCor(raw, features) of the global model at every kept checkpoint")
+    a = actions.add_parser("attack", help="reconstruction or context-identification attack on the final model")
+    for q in (e, d, a):
+        q.add_argument("run_dir", help="a run directory written by 'fedaug run'")
+        q.add_argument("--format", choices=("table", "json"), default="table")
+    for q in (d, a):
+        q.add_argument("--stage", help="split stage (default: the run's flea.stage, else the model's first feature stage)")
+        q.add_argument("--samples", type=int, default=512, help="samples pooled over clients (default 512)")
+    a.add_argument("--kind", choices=("reconstruction", "context"), required=True)
+    a.add_argument("--epochs", type=int, default=20, help="decoder epochs (reconstruction)")
+    a.add_argument("--train-sizes", default="10,30,100,300", help="attacker training-set sizes (context)")
+    a.add_argument("--png", help="save originals next to reconstructions here (reconstruction)")
+    for q, fn in ((e, exposure), (d, dcor_rounds), (a, attack)):
+        q.set_defaults(func=fn)
+
+
+def _checkpoints(path: str) -> tuple[RunDir, dict[int, Path]]:
+    run_dir = RunDir.open(path)
+    found = dict(run_dir.checkpoints())
+    if not found:
+        raise ConfigError(f"'{path}' holds no checkpoint; run it (fedaug run) or resume it (fedaug resume) first")
+    return run_dir, found
+
+
+def _simulation(path: str, round: int | None = None) -> tuple[Simulation, RunDir]:
+    run_dir, found = _checkpoints(path)
+    sim = build_simulation(parse_config(read_toml(run_dir.path / CONFIG)))
+    sim.restore(load_tensors(found[round if round is not None else max(found)]))
+    return sim, run_dir
+
+
+def _stage(sim: Simulation, stage: str | None) -> str:
+    if stage:
+        return stage
+    flea = {c.name: c for c in sim.recipe.components}.get("flea")
+    return flea.stage if flea is not None else sim.model.feature_stages[0]
+
+
+def _emit(rows: list[dict[str, Any]], fmt: str) -> int:
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+    else:
+        keys = list(rows[0]) if rows else []
+        print(" | ".join(keys))
+        for r in rows:
+            print(" | ".join(f"{r[k]:.4f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+    return 0
+
+
+def exposure(args: argparse.Namespace) -> int:
+    run_dir = RunDir.open(args.run_dir)
+    summary = run_dir.read_summary()
+    if summary is None:
+        raise ConfigError(f"'{args.run_dir}' has no summary.json; finish the run first (fedaug resume)")
+    contributors, receivers = flea_schedule([r["sampled"] for r in run_dir.rounds()])
+    eps = feature_exposure(contributors, receivers, len(summary["clients"]))
+    return _emit([{"round": t + 1, "exposure": e} for t, e in enumerate(eps)], args.format)
+
+
+def dcor_rounds(args: argparse.Namespace) -> int:
+    rows = []
+    for r in sorted(_checkpoints(args.run_dir)[1]):
+        sim, _ = _simulation(args.run_dir, r)
+        x, _ = pooled(sim.data, "train", min(args.samples, sum(len(c.train) for c in sim.data.clients)), sim.cfg.seed)
+        rows.append({"round": r, "dcor": feature_dcor(global_model(sim), x, _stage(sim, args.stage))})
+    return _emit(rows, args.format)
+
+
+def attack(args: argparse.Namespace) -> int:
+    sim, _ = _simulation(args.run_dir)
+    model, stage = global_model(sim), _stage(sim, args.stage)
+    x, _ = pooled(sim.data, "test", args.samples, sim.cfg.seed)
+    front = lambda v: forward_front(model, v, stage)  # noqa: E731
+    if args.kind == "reconstruction":
+        half = x.shape[0] // 2
+        with torch.no_grad():
+            f = front(x)
+        res = reconstruction_attack(f[:half], x[:half], f[half:], x[half:], epochs=args.epochs, seed=sim.cfg.seed)
+        if args.png:
+            save_reconstructions(Path(args.png), x[half:], {"reconstruction": res.reconstructions})
+        return _emit([{"round": sim.round, "stage": stage, "test_mse": res.mse}], args.format)
+    sizes = [int(s) for s in args.train_sizes.split(",")]
+    rows = context_attack(lambda g: front(g.squeeze(1)), x, train_sizes=sizes, test_size=max(x.shape[0] - max(sizes), 1),
+                          seed=sim.cfg.seed)
+    return _emit(rows, args.format)

@@ -1,0 +1,189 @@
+"""The feature-statistics augmentation layer of FedFA (ICLR 2023, arXiv:2301.12995, Alg. 2) and VFDA."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fedaug.core.errors import ConfigError
+
+from fedaug.layers.functional import (
+    batch_variance,
+    momentum_update,
+    restyle,
+    safe_sqrt,
+    sample_stats,
+    t_modulation,
+)
+
+#: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
+#: and the server's per-channel quantity ``s``.
+VARIANCES = {
+    "fused": "(gamma + 1) * v, s = gamma (FedFA Eq. 7, adaptive fusion)",
+    "direct": "(var + 1) * v, s = client-sharing variance (FedFA Table 7, direct fusion)",
+    "product": "var * v, s = global variance (VFDA Sec. 2.3)",
+    "client": "v (FedFA-C; VFDA w/o Global)",
+    "fixed": "lam ** 2 for every channel (FedFA-R)",
+}
+#: what multiplies the standard normal noise (Eq. 9).
+NOISE_SCALES = ("std", "variance")
+ESTIMATORS = ("paper", "official")
+_NEUTRAL = {"fused": 1.0, "direct": 0.0, "product": 1.0, "client": 0.0, "fixed": 0.0}
+
+
+def _choice(what: str, value: str, allowed: object) -> str:
+    if value not in allowed:  # type: ignore[operator]
+        raise ConfigError(f"FFALayer.{what} must be one of {', '.join(allowed)}, got {value!r}")  # type: ignore[arg-type]
+    return value
+
+
+class FFALayer(nn.Module):
+    """Resample every sample's channel statistics from a federation-aware Gaussian (FedFA Alg. 2).
+
+    In training mode, with probability ``p`` per forward (one draw for the whole batch, Alg. 2
+    line 1), computes each sample's channel mean and std ``(B, C)`` (Eq. 2), their variances over
+    the batch ``(C,)`` (Eq. 3), the sampling variance (Eq. 7, see :data:`VARIANCES`), draws new
+    statistics (Eq. 9) and re-styles the features (Eq. 8), then updates the running statistics
+    (Eq. 4). Eval mode, ``p = 0`` and a losing draw return the input itself.
+
+    Random draws, in order: the coin ``torch.rand(())`` (only when ``0 < p < 1``), then
+    ``torch.randn(2, B, C)`` (noise of the means, then of the stds), from :attr:`generator`
+    (``None``: torch's default generator, like ``nn.Dropout``; fedaug's components always set a
+    seeded one).
+
+    Args:
+        num_channels: C, channels of the features ``(B, C, *spatial)`` (any spatial rank >= 1).
+        p: probability of augmenting a forward pass.
+        momentum: weight of the old running statistic in Eq. 4 (the paper's alpha, 0.99).
+        variance: a key of :data:`VARIANCES`.
+        lam: the fixed standard deviation of ``variance="fixed"`` (FedFA-R, 0.5).
+        noise_scale: ``"std"`` scales the noise by the square root of Eq. 7 (FedFA Eq. 9);
+            ``"variance"`` by Eq. 7 itself (VFDA Eq. 7 as printed).
+        estimator: ``"paper"`` (spatial and batch variances divide by N and B) or
+            ``"official"`` (the public code: N - 1 and B - 1, plus 1e-6 on the batch variances).
+        eps: added to the spatial variance before the square root.
+        generator: source of the coin and the noise.
+
+    Attributes:
+        running_mean, running_std: ``(C,)`` buffers, the client's running statistics (Eq. 4).
+        shared_mu, shared_sigma: ``(C,)`` buffers, the server's per-channel quantities (gamma or
+            variances); neutral (1 for gamma and products, 0 for direct fusion) until set.
+
+    >>> import torch
+    >>> layer = FFALayer(4, p=1.0, generator=torch.Generator().manual_seed(0))
+    >>> layer.set_server_variances(torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.full((4,), 0.2))
+    >>> layer.shared_mu.sum().item()  # gamma (Eq. 6) sums to C
+    4.0
+    >>> x = torch.randn(8, 4, 5, 5)
+    >>> y = layer(x)
+    >>> y.shape, bool((y != x).any())
+    (torch.Size([8, 4, 5, 5]), True)
+    >>> torch.equal(layer.eval()(x), x)
+    True
+    """
+
+    def __init__(self, num_channels: int, *, p: float = 0.5, momentum: float = 0.99,
+                 variance: str = "fused", lam: float = 0.5, noise_scale: str = "std",
+                 estimator: str = "paper", eps: float = 1e-6,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ConfigError(f"FFALayer.p must be in [0, 1], got {p}")
+        if not 0.0 <= momentum <= 1.0:
+            raise ConfigError(f"FFALayer.momentum must be in [0, 1], got {momentum}")
+        if num_channels < 1:
+            raise ConfigError(f"FFALayer.num_channels must be >= 1, got {num_channels}")
+        self.num_channels, self.p, self.momentum, self.lam, self.eps = num_channels, p, momentum, lam, eps
+        self.variance = _choice("variance", variance, VARIANCES)
+        self.noise_scale = _choice("noise_scale", noise_scale, NOISE_SCALES)
+        self.estimator = _choice("estimator", estimator, ESTIMATORS)
+        self.generator = generator
+        self._init_from_batch = False
+        self.register_buffer("running_mean", torch.zeros(num_channels))
+        self.register_buffer("running_std", torch.ones(num_channels))
+        neutral = _NEUTRAL[variance]
+        self.register_buffer("shared_mu", torch.full((num_channels,), neutral))
+        self.register_buffer("shared_sigma", torch.full((num_channels,), neutral))
+
+    # --- what the federation sets ----------------------------------------------------------
+    def set_gamma(self, gamma_mu: Tensor, gamma_sigma: Tensor) -> None:
+        """Set the modulated client-sharing variances ``(C,)`` (Eq. 6) of ``variance="fused"``."""
+        if self.variance != "fused":
+            raise ValueError(f"set_gamma needs variance='fused', this layer has {self.variance!r}; "
+                             "use set_server_variances")
+        self._set_shared(gamma_mu, gamma_sigma)
+
+    def set_server_variances(self, var_mu: Tensor, var_sigma: Tensor) -> None:
+        """Set the client-sharing variances ``(C,)`` (Eq. 5); ``"fused"`` turns them into gamma (Eq. 6)."""
+        if self.variance == "fused":
+            var_mu, var_sigma = t_modulation(var_mu), t_modulation(var_sigma)
+        elif self.variance not in ("direct", "product"):
+            raise ValueError(f"variance={self.variance!r} uses no server variances")
+        self._set_shared(var_mu, var_sigma)
+
+    def clear_shared(self) -> None:
+        """Forget the server's quantities: back to the neutral values (no federation information)."""
+        self.shared_mu.fill_(_NEUTRAL[self.variance])
+        self.shared_sigma.fill_(_NEUTRAL[self.variance])
+
+    def _set_shared(self, mu: Tensor, sigma: Tensor) -> None:
+        for name, t in (("mu", mu), ("sigma", sigma)):
+            if tuple(t.shape) != (self.num_channels,):
+                raise ValueError(f"FFALayer: server {name} quantity must have shape ({self.num_channels},), "
+                                 f"got {tuple(t.shape)}")
+        self.shared_mu.copy_(mu)
+        self.shared_sigma.copy_(sigma)
+
+    def reset_running_stats(self, mean: Tensor | None = None, std: Tensor | None = None, *,
+                            from_first_batch: bool = False) -> None:
+        """Set the running statistics: to ``mean, std`` ``(C,)`` if given, else to 0 and 1 (Alg. 1
+        line 3); with ``from_first_batch`` the next update copies the batch's means instead."""
+        self.running_mean.copy_(torch.zeros(self.num_channels) if mean is None else mean)
+        self.running_std.copy_(torch.ones(self.num_channels) if std is None else std)
+        self._init_from_batch = from_first_batch
+
+    # --- forward ---------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        """Augment ``x`` ``(B, C, *spatial)``; returns ``x`` itself when inactive."""
+        if not self.training or self.p == 0.0:
+            return x
+        if x.dim() < 3 or x.shape[1] != self.num_channels:
+            raise ValueError(f"FFALayer({self.num_channels}) expects (B, {self.num_channels}, *spatial), "
+                             f"got shape {tuple(x.shape)}")
+        g = self.generator
+        if self.p < 1.0 and not bool(torch.rand((), generator=g) < self.p):
+            return x
+        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g).to(device=x.device, dtype=x.dtype)
+        y, mu, sigma = restyle(x, lambda m, s: self._sample(m, s, noise), eps=self.eps,
+                               unbiased=self.estimator == "official")
+        with torch.no_grad():
+            weight = 0.0 if self._init_from_batch else self.momentum
+            self.running_mean.copy_(momentum_update(self.running_mean, mu, weight))
+            self.running_std.copy_(momentum_update(self.running_std, sigma, weight))
+            self._init_from_batch = False
+        return y
+
+    def _sample(self, mu: Tensor, sigma: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mu_hat, sigma_hat)`` from ``(B, C)`` statistics and ``(2, B, C)`` noise (Eq. 3, 7, 9)."""
+        if self.variance == "fixed":
+            fused_mu = fused_sigma = torch.full_like(mu[0], self.lam**2)
+        else:
+            official = self.estimator == "official"
+            extra = 1e-6 if official else 0.0
+            v_mu = batch_variance(mu, unbiased=official, eps=extra)
+            v_sigma = batch_variance(sigma, unbiased=official, eps=extra)
+            if self.variance in ("fused", "direct"):
+                fused_mu, fused_sigma = (self.shared_mu + 1) * v_mu, (self.shared_sigma + 1) * v_sigma
+            elif self.variance == "product":
+                fused_mu, fused_sigma = self.shared_mu * v_mu, self.shared_sigma * v_sigma
+            else:  # "client" (the only other key of VARIANCES)
+                fused_mu, fused_sigma = v_mu, v_sigma
+        if self.noise_scale == "std":
+            scale_mu, scale_sigma = safe_sqrt(fused_mu), safe_sqrt(fused_sigma)
+        else:
+            scale_mu, scale_sigma = fused_mu, fused_sigma
+        return sample_stats(mu, sigma, scale_mu, scale_sigma, noise[0], noise[1])
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_channels}, p={self.p}, momentum={self.momentum}, variance={self.variance!r}, "
+                f"noise_scale={self.noise_scale!r}, estimator={self.estimator!r}")

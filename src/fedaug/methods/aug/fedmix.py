@@ -1,0 +1,134 @@
+"""FedMix and NaiveMix: mixup with the federation's averaged data (Yoon et al., ICLR 2021, arXiv:2107.00233).
+
+Mean augmented federated learning (MAFL): each client splits its training set into batches of
+``M_k = mean_batch`` samples and shares every batch's mean image and mean one-hot label, once
+(:mod:`~fedaug.methods.aug._sharing`). Local training pairs each sample ``(x_i, y_i)`` with a mean
+``(x_bar_j, y_bar_j)`` of another client, drawn uniformly per sample (a one-sample estimate of the
+paper's average over the received means J), and minimises
+
+* FedMix (the paper's Taylor-approximated global-mixup loss, Sec. 3.2)::
+
+      (1 - lam) l(f((1 - lam) x_i), y_i) + lam l(f((1 - lam) x_i), y_bar_j)
+          + lam * <d[(1 - lam) l(f(x), y_i)] / dx at x = (1 - lam) x_i,  x_bar_j>
+
+  i.e. the first-order expansion of ``l(f((1 - lam) x_i + lam x_bar_j), (1 - lam) y_i + lam y_bar_j)``
+  around ``(1 - lam) x_i``; the input gradient is taken with ``create_graph`` (double backward).
+* NaiveMix (``mode="naive"``): ``l(f((1 - lam) x_i + lam x_bar_j), (1 - lam) y_i + lam y_bar_j)``.
+
+Until the server holds other clients' means (round 1), training is plain. Classification only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedaug.core.errors import ConfigError
+from fedaug.layers.mixing import mix, soft_labels
+from fedaug.methods.aug._sharing import PoolAug
+from fedaug.methods.aug.featstats import check_choice
+from fedaug.methods.component import Batch, ClientCtx
+from fedaug.methods.recipe import METHODS
+
+MODES = ("fedmix", "naive")
+
+
+def require_classification(ctx: ClientCtx, name: str) -> None:
+    """Raise :class:`ConfigError` unless the task is classification (label mixing needs classes)."""
+    if ctx.task is None or ctx.task.name != "classification":
+        raise ConfigError(f"{name} mixes class labels and needs a classification task, got "
+                          f"'{getattr(ctx.task, 'name', None)}'; remove it from method.augs")
+
+
+def batch_means(x: Tensor, y: Tensor, size: int, perm: Tensor) -> tuple[Tensor, Tensor]:
+    """Means of consecutive batches of ``size`` samples in the order ``perm`` (MAFL's shared data).
+
+    Args:
+        x: ``(N, *sample)``. y: ``(N, K)`` soft labels.
+        size: M_k; the incomplete last batch is dropped unless it is the only one.
+        perm: ``(N,)`` int64 order of the samples.
+
+    Returns:
+        ``(max(N // size, 1), *sample)`` mean inputs and ``(., K)`` mean labels.
+    """
+    n = max(x.shape[0] // size, 1)
+    m = min(size, x.shape[0])
+    idx = perm[: n * m].reshape(n, m)
+    return x[idx].mean(1), y[idx].mean(1)
+
+
+def fedmix_loss(logits: Tensor, x: Tensor, y: Tensor, x_bar: Tensor, y_bar: Tensor, lam: float) -> Tensor:
+    """The FedMix loss (Sec. 3.2), averaged over the batch.
+
+    Args:
+        logits: ``(B, K)`` computed from ``x`` (in the autograd graph).
+        x: ``(B, *sample)``, the scaled inputs ``(1 - lam) x_i``, with ``requires_grad``.
+        y: ``(B,)`` int64 or ``(B, K)`` soft labels of the local samples.
+        x_bar: ``(B, *sample)``, the mean input paired with each sample.
+        y_bar: ``(B, K)``, its mean label.
+        lam: the mixing ratio.
+
+    Returns:
+        A scalar, differentiable w.r.t. the model (through the input gradient too).
+    """
+    own = F.cross_entropy(logits, y, reduction="none")
+    grad = torch.autograd.grad((1 - lam) * own.sum(), x, create_graph=True)[0]
+    taylor = (grad.flatten(1) * x_bar.flatten(1)).sum(1)
+    return ((1 - lam) * own + lam * F.cross_entropy(logits, y_bar, reduction="none") + lam * taylor).mean()
+
+
+@METHODS.register("fedmix", "FedMix (ICLR 2021): mixup with other clients' shared mean images (Taylor loss)")
+class FedMix(PoolAug):
+    """Mixup with other clients' averaged data, FedMix's approximated loss or NaiveMix.
+
+    Replaces ``forward`` and ``task_loss`` (so it combines with any base algorithm that keeps the
+    default task loss, and not with another component replacing either hook).
+
+    Args:
+        lam: the mixing ratio lambda (0.05-0.2 in the paper).
+        mean_batch: M_k, samples per shared mean (10 as in FLea's comparison; the client's whole
+            training set with a value >= its size, the reading of the Flower baseline).
+        mode: ``"fedmix"`` (Taylor loss) or ``"naive"`` (NaiveMix: raw mixing with the means).
+
+    >>> fedmix = FedMix(lam=0.1, mean_batch=10)
+    """
+
+    name = "fedmix"
+
+    def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: str = "fedmix") -> None:
+        if not 0.0 < lam < 1.0:
+            raise ConfigError(f"fedmix.lam must be in (0, 1), got {lam}")
+        if not isinstance(mean_batch, int) or mean_batch < 1:
+            raise ConfigError(f"fedmix.mean_batch must be an integer >= 1, got {mean_batch!r}")
+        self.lam, self.mean_batch = float(lam), mean_batch
+        self.mode = check_choice(self.name, "mode", mode, MODES)
+
+    def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
+        require_classification(ctx, self.name)
+        perm = torch.randperm(len(ctx.data), generator=ctx.rng("means"))
+        return batch_means(ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes), self.mean_batch, perm)
+
+    def label_shape(self, ctx: ClientCtx, target: torch.Size) -> tuple[int, ...]:
+        return (ctx.task.num_classes,)
+
+    def forward(self, ctx: ClientCtx, batch: Batch) -> tuple[Tensor, Batch]:
+        require_classification(ctx, self.name)
+        self._pair = None
+        if self.shared_x.shape[0] == 0:
+            return ctx.model(batch.x), batch
+        j = torch.randint(self.shared_x.shape[0], (batch.x.shape[0],), generator=ctx.rng("pair"))
+        x_bar, y_bar = self.shared_x[j].to(batch.x), self.shared_y[j].to(batch.x)
+        if self.mode == "naive":
+            y = mix(soft_labels(batch.y, ctx.task.num_classes), y_bar, 1 - self.lam)
+            return ctx.model(mix(batch.x, x_bar, 1 - self.lam)), Batch(batch.x, y)
+        x = ((1 - self.lam) * batch.x).detach().requires_grad_()
+        self._pair = (x, x_bar, y_bar)
+        return ctx.model(x), batch
+
+    def task_loss(self, ctx: ClientCtx, out: Tensor, batch: Batch) -> Tensor:
+        if self._pair is None:
+            return ctx.task.loss(out, batch.y)
+        x, x_bar, y_bar = self._pair
+        self._pair = None
+        return fedmix_loss(out, x, batch.y, x_bar, y_bar, self.lam)

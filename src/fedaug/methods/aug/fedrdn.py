@@ -1,0 +1,167 @@
+"""FedRDN: federated random data normalisation (FedRDN paper, Sec. 3.2, Alg. 1-2, Eq. 4-8).
+
+Protocol (the paper computes statistics "before the start of training"; here, within the round hooks):
+
+* The server keeps a per-client table ``ids (N,) int64, mean (N, C), std (N, C)`` and sends all of it
+  to every sampled client each round (``8 N + 8 N C`` bytes).
+* A client whose id is missing from the received table (its first round, or an upload that was
+  rejected) or whose training set changed size computes its statistics (Eq. 4-5, on the raw training
+  inputs) and uploads them once: ``mean, std`` of shape ``(1, C)``; otherwise ``(0, C)`` (0 bytes).
+  It trains with the received table plus its own row, so in round 1 (empty table) a client
+  normalises with its own statistics only; from round 2 on (full participation) every client draws
+  from the whole federation. The server adds or replaces the uploaded rows.
+* Training (``variant="random"``): every image is normalised with a matched ``(mean, std)`` pair
+  drawn uniformly from the federation's pairs, re-drawn each time it is seen (Eq. 6).
+  ``draw="batch"`` reproduces the public code instead: one draw per batch, mean and std drawn
+  independently; in training mode BatchNorm removes a per-batch shift, so it augments far less.
+* Evaluation on client k: its own pair (Eq. 7). ``variant="average"`` (FedRDN-V, Eq. 8): the
+  unweighted average of the federation's pairs, in training and evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from fedaug.core.errors import ConfigError, PayloadError
+from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
+from fedaug.methods.aug.featstats import check_choice
+from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
+from fedaug.methods.recipe import METHODS
+
+VARIANTS = ("random", "average")
+DRAWS = ("image", "batch")
+
+
+def client_stats(ctx: ClientCtx) -> tuple[Tensor, Tensor]:
+    """This client's ``(mean, std)``, each ``(C,)``, from its raw training inputs (Eq. 4-5).
+
+    Raises:
+        ConfigError: a channel has zero spread over every image (normalising would divide by 0).
+    """
+    mean, std = dataset_channel_stats(ctx.data.x)
+    if not bool((std > 0).all()):
+        bad = torch.nonzero(std <= 0).flatten().tolist()
+        raise ConfigError(f"fedrdn: client {ctx.client_id} has constant input channel(s) {bad} (std 0); "
+                          "FedRDN cannot normalise them: drop those channels or use another augmentation")
+    return mean, std
+
+
+def draw_pairs(num_pairs: int, batch_size: int, draw: str, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Row indices of the means and of the stds used for each image, each ``(B,)`` int64.
+
+    ``draw="image"``: one matched pair per image, uniform over ``num_pairs`` (Eq. 6).
+    ``draw="batch"``: one mean row and one independent std row for the whole batch (public code).
+    """
+    if draw == "image":
+        idx = torch.randint(num_pairs, (batch_size,), generator=generator)
+        return idx, idx
+    if draw == "batch":
+        i, j = torch.randint(num_pairs, (2,), generator=generator)
+        return i.expand(batch_size), j.expand(batch_size)
+    raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {draw!r}")
+
+
+@METHODS.register("fedrdn", "FedRDN: normalise each input with a random client's channel statistics")
+class FedRDN(Component):
+    """Federated random data normalisation (Alg. 1: statistics; Alg. 2: augmentation).
+
+    Put it first in ``method.augs``: it normalises the raw inputs, as conventional normalisation
+    would. Works for any number of channels and spatial rank, classification or segmentation.
+
+    Args:
+        variant: ``"random"`` (FedRDN: Eq. 6 in training, Eq. 7 at test) or ``"average"``
+            (FedRDN-V, Eq. 8: the federation's average pair in training and test).
+        draw: ``"image"`` (the paper: a matched pair per image) or ``"batch"`` (the public code: one
+            draw per batch, mean and std unmatched; weaker under BatchNorm).
+
+    >>> fedrdn = FedRDN(variant="random", draw="image")
+    """
+
+    name = "fedrdn"
+
+    def __init__(self, *, variant: str = "random", draw: str = "image") -> None:
+        self.variant = check_choice(self.name, "variant", variant, VARIANTS)
+        self.draw = check_choice(self.name, "draw", draw, DRAWS)
+        self._mean = self._std = torch.zeros(0)
+        self._channels = 0
+        self._upload: tuple[Tensor, Tensor] | None = None
+
+    # --- client side -----------------------------------------------------------------------
+    def _federation(self, ctx: ClientCtx, table: Part, state: State) -> tuple[Tensor, Tensor, int, bool]:
+        """The federation's pairs ``(N', C)`` including this client's, the row of its own pair, and
+        whether that pair was computed now (and must be uploaded)."""
+        ids, mean, std = table["ids"], table["mean"], table["std"]
+        if ids.shape[0] != mean.shape[0] or mean.shape != std.shape:
+            raise PayloadError(f"fedrdn: inconsistent statistics table: ids {tuple(ids.shape)}, "
+                               f"mean {tuple(mean.shape)}, std {tuple(std.shape)}")
+        mine = ids == ctx.client_id
+        if bool(mine.any()) and state.get("n") == len(ctx.data):
+            return mean, std, int(torch.nonzero(mine)[0]), False
+        own_mean, own_std = client_stats(ctx)
+        if mean.shape[0] and mean.shape[1] != own_mean.shape[0]:
+            raise PayloadError(f"fedrdn: the server's statistics have {mean.shape[1]} channels, "
+                               f"client {ctx.client_id}'s inputs {own_mean.shape[0]}")
+        others = ~mine
+        if mean.shape[0] == 0:  # nothing received yet (round 1)
+            mean, std = mean.reshape(0, own_mean.shape[0]), std.reshape(0, own_std.shape[0])
+        mean, std = torch.cat([mean[others], own_mean[None]]), torch.cat([std[others], own_std[None]])
+        return mean, std, mean.shape[0] - 1, True
+
+    def _use(self, mean: Tensor, std: Tensor, own: int, training: bool) -> None:
+        if self.variant == "average":  # Eq. 8
+            self._mean, self._std = mean.mean(0), std.mean(0)
+        elif training:  # Eq. 6: draw from all pairs
+            self._mean, self._std = mean, std
+        else:  # Eq. 7: the client's own pair
+            self._mean, self._std = mean[own], std[own]
+
+    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        mean, std, own, fresh = self._federation(ctx, part, state)
+        self._upload = (mean[own : own + 1], std[own : own + 1]) if fresh else None
+        self._channels = mean.shape[1]
+        self._use(mean, std, own, training=True)
+
+    def transform_batch(self, ctx: ClientCtx, batch: Batch) -> Batch:
+        if self._mean.dim() == 1:  # evaluation, or FedRDN-V
+            return Batch(normalize_channels(batch.x, self._mean, self._std), batch.y)
+        i, j = draw_pairs(self._mean.shape[0], batch.x.shape[0], self.draw, ctx.rng("pick"))
+        return Batch(normalize_channels(batch.x, self._mean[i], self._std[j]), batch.y)
+
+    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+        empty = torch.zeros(0, self._channels)
+        mean, std = self._upload or (empty, empty)
+        return {"mean": mean.clone(), "std": std.clone()}, {"n": len(ctx.data)}
+
+    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
+        mean, std, own, _ = self._federation(ctx, server, state)
+        self._use(mean, std, own, training=False)
+
+    # --- server side -----------------------------------------------------------------------
+    def init_server(self, model: nn.Module) -> State:
+        return {"ids": torch.zeros(0, dtype=torch.int64), "mean": torch.zeros(0, 0), "std": torch.zeros(0, 0)}
+
+    def downlink(self, server: State, client_id: int) -> Part:
+        return {k: server[k].clone() for k in ("ids", "mean", "std")}
+
+    def downlink_spec(self, model: nn.Module) -> Spec:
+        return {"ids": TensorSpec((None,), torch.int64), "mean": TensorSpec((None, None), torch.float32),
+                "std": TensorSpec((None, None), torch.float32)}
+
+    def uplink_spec(self, server: State) -> Spec:
+        channels = server["mean"].shape[1] if server["mean"].shape[0] else None
+        return {k: TensorSpec((None, channels), torch.float32) for k in ("mean", "std")}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        rows = {int(i): (m, s) for i, m, s in zip(server["ids"], server["mean"], server["std"])}
+        for u in uplinks:
+            if u.part["mean"].shape[0] == 1 and bool((u.part["std"] > 0).all()):
+                rows[u.client_id] = (u.part["mean"][0], u.part["std"][0])
+        if not rows:
+            return server
+        ids = sorted(rows)
+        return {"ids": torch.tensor(ids, dtype=torch.int64),
+                "mean": torch.stack([rows[i][0] for i in ids]), "std": torch.stack([rows[i][1] for i in ids])}

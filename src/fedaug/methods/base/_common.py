@@ -1,0 +1,164 @@
+"""Helpers shared by the baseline algorithms: option checks, parameter snapshots, the classifier
+head and a feature tap on its input, frozen forwards, label counts and aggregation weights."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from fedaug.core.errors import ConfigError
+from fedaug.methods.component import ClientCtx, Uplink
+from fedaug.models.split import StagedModel, split_stages
+
+
+def check_range(option: str, value: float, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, hi_open: bool = False) -> None:
+    """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is in range.
+
+    Args:
+        option: ``"<component>.<option>"``, as the user writes it in a config.
+        value: the given value.
+        lo, hi: the limits (``None``: unbounded); ``lo_open``/``hi_open`` exclude them.
+    """
+    too_low = lo is not None and (value <= lo if lo_open else value < lo)
+    too_high = hi is not None and (value >= hi if hi_open else value > hi)
+    if too_low or too_high:
+        parts = []
+        if lo is not None:
+            parts.append(f"{'>' if lo_open else '>='} {lo:g}")
+        if hi is not None:
+            parts.append(f"{'<' if hi_open else '<='} {hi:g}")
+        raise ConfigError(f"{option} must be {' and '.join(parts)}, got {value}")
+
+
+def warn_like_fedavg(setting: str, method: str, same_as: str = "FedAvg") -> None:
+    """Warn that an option value turns ``method`` into ``same_as`` (as Flower does for FedProx mu=0)."""
+    warnings.warn(f"{setting} makes {method} identical to {same_as}", UserWarning, stacklevel=3)
+
+
+def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The model's parameters that require gradients, by ``state_dict`` name."""
+    return {k: p for k, p in model.named_parameters() if p.requires_grad}
+
+
+def detached(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Detached copies ``{name: tensor}`` (snapshots that later training does not change)."""
+    return {k: v.detach().clone() for k, v in tensors.items()}
+
+
+def squared_distance(params: dict[str, Tensor], anchor: dict[str, Tensor]) -> Tensor:
+    """``sum_k ||params_k - anchor_k||^2`` (a scalar, differentiable w.r.t. ``params``)."""
+    return sum((params[k] - anchor[k]).pow(2).sum() for k in anchor)
+
+
+def client_weights(uplinks: Sequence[Uplink], weighting: str) -> list[float]:
+    """FedAvg's aggregation weights p_k = n_k / n (``"samples"``) or 1 / |S| (``"uniform"``)."""
+    w = [float(u.num_samples) if weighting == "samples" else 1.0 for u in uplinks]
+    total = sum(w)
+    return [x / total for x in w]
+
+
+def classifier_head(model: nn.Module) -> tuple[str, nn.Linear]:
+    """The linear classifier at the end of ``model``: the last stage of a zoo model, else the last
+    ``nn.Linear`` module.
+
+    Raises:
+        ConfigError: the model ends in no ``nn.Linear`` (e.g. a segmentation U-Net).
+    """
+    modules = dict(model.named_modules())
+    if isinstance(model, StagedModel):
+        name = split_stages(model)[-1]
+        candidates = [(name, modules.get(name))]
+    else:
+        candidates = [(n, m) for n, m in modules.items() if isinstance(m, nn.Linear)][-1:]
+    if not candidates or not isinstance(candidates[0][1], nn.Linear):
+        raise ConfigError(
+            f"{type(model).__name__} does not end in an nn.Linear classifier head, which this method "
+            "needs (features before the head, or the head itself); use a classification model"
+        )
+    return candidates[0]
+
+
+class FeatureTap:
+    """Records the input of the classifier head: the representation ``(B, D)`` before the head.
+
+    A forward pre-hook (no wrapper, so ``state_dict`` keys never change). Training forwards (with
+    gradients enabled) update :attr:`features`; :meth:`features_of` captures the features of one
+    explicit call without touching :attr:`features`, so frozen-model forwards of one component do not
+    overwrite what another reads.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.head_name, self.head = classifier_head(model)
+        self.features: Tensor | None = None
+        self._forced: list[Tensor] | None = None
+        self.handle = self.head.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if self._forced is not None:
+            self._forced.append(args[0])
+        elif torch.is_grad_enabled():
+            self.features = args[0]
+
+    def features_of(self, fn: Callable[[], Tensor]) -> tuple[Tensor, Tensor]:
+        """Run ``fn`` (a forward pass) and return ``(features (B, D), output (B, K))``."""
+        self._forced = []
+        try:
+            out = fn()
+            return self._forced[-1], out
+        finally:
+            self._forced = None
+
+
+_TAPS: "weakref.WeakKeyDictionary[nn.Module, FeatureTap]" = weakref.WeakKeyDictionary()
+
+
+def feature_tap(model: nn.Module) -> FeatureTap:
+    """The (one, shared) :class:`FeatureTap` of ``model``, attached on first use."""
+    if model not in _TAPS:
+        _TAPS[model] = FeatureTap(model)
+    return _TAPS[model]
+
+
+@torch.no_grad()
+def frozen_forward(model: nn.Module, weights: dict[str, Tensor], x: Tensor,
+                   tap: FeatureTap | None = None) -> tuple[Tensor | None, Tensor]:
+    """Evaluate a frozen copy of ``model`` with ``weights`` (a full ``state_dict``) on ``x``.
+
+    Runs in eval mode (BatchNorm uses the copy's running statistics, attached augmentation layers
+    are identity) without gradients and without changing ``model``; no model object is copied.
+
+    Returns:
+        ``(features (B, D) or None without a tap, output (B, K))``, both detached.
+    """
+    def run() -> Tensor:
+        return functional_call(model, weights, (x,))
+
+    was_training = model.training
+    model.eval()
+    try:
+        return tap.features_of(run) if tap is not None else (None, run())
+    finally:
+        model.train(was_training)
+
+
+def hard_labels(y: Tensor) -> Tensor:
+    """Class indices ``(B,)`` from class indices or soft labels ``(B, K)`` (their argmax)."""
+    return y.argmax(1) if y.dim() == 2 else y
+
+
+def label_counts(ctx: ClientCtx, method: str) -> Tensor:
+    """Samples per class in the client's training split, ``(K,)`` float32.
+
+    Raises:
+        ConfigError: the task is not classification.
+    """
+    if ctx.task is None or ctx.task.name != "classification":
+        raise ConfigError(f"{method} needs a classification task, got '{getattr(ctx.task, 'name', None)}'")
+    return torch.bincount(ctx.data.y, minlength=ctx.task.num_classes).float()

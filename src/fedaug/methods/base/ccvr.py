@@ -1,0 +1,155 @@
+"""CCVR: calibrate the global classifier head on virtual features drawn from the federation's
+per-class Gaussians."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.core.rng import generator
+from fedaug.methods.base._common import check_range, classifier_head, feature_tap, label_counts
+from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.methods.recipe import METHODS
+
+
+def class_statistics(z: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-class mean ``(K, D)``, unbiased covariance ``(K, D, D)`` (0 for classes with < 2
+    samples) and count ``(K,)`` of features ``z (N, D)`` with classes ``y (N,)``."""
+    d = z.shape[1]
+    mean, cov = torch.zeros(num_classes, d), torch.zeros(num_classes, d, d)
+    count = torch.bincount(y, minlength=num_classes).float()
+    for c in range(num_classes):
+        zc = z[y == c]
+        if len(zc):
+            mean[c] = zc.mean(0)
+        if len(zc) > 1:
+            cov[c] = torch.cov(zc.T, correction=1).reshape(d, d)
+    return mean, cov, count
+
+
+def merge_statistics(means: Tensor, covs: Tensor, counts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The pooled per-class mean and unbiased covariance from clients' (Luo et al., NeurIPS 2021,
+    arXiv:2106.05001, Sec. 4).
+
+    ``mu_c = sum_k N_ck mu_ck / N_c``;
+    ``Sigma_c = sum_k (N_ck - 1)/(N_c - 1) Sigma_ck + sum_k N_ck/(N_c - 1) mu_ck mu_ck^T
+    - N_c/(N_c - 1) mu_c mu_c^T``.
+
+    Args:
+        means: ``(S, K, D)``; covs: ``(S, K, D, D)``; counts: ``(S, K)`` (S clients).
+
+    Returns:
+        mean ``(K, D)``, covariance ``(K, D, D)`` (0 where N_c < 2), count N_c ``(K,)``.
+    """
+    n = counts.sum(0)
+    mean = (counts[..., None] * means).sum(0) / n.clamp_min(1)[:, None]
+    denom = (n - 1).clamp_min(1)[:, None, None]
+    second = (counts[..., None, None] * means[..., :, None] * means[..., None, :]).sum(0)
+    cov = ((counts - 1).clamp_min(0)[..., None, None] * covs).sum(0) + second - n[:, None, None] * mean[:, :, None] * mean[:, None, :]
+    cov = torch.where((n > 1)[:, None, None], cov / denom, torch.zeros_like(cov))
+    return mean, cov, n
+
+
+def sample_gaussian(mean: Tensor, cov: Tensor, num: int, g: torch.Generator) -> Tensor:
+    """``num`` draws ``(num, D)`` from N(mean, cov); cov is factored by its eigendecomposition
+    (negative eigenvalues from round-off are clipped to 0)."""
+    evals, evecs = torch.linalg.eigh(cov.double())
+    factor = (evecs * evals.clamp_min(0).sqrt()).float()  # (D, D): factor @ factor.T == cov
+    return mean + torch.randn(num, mean.shape[0], generator=g) @ factor.T
+
+
+@METHODS.register("ccvr", "CCVR (Luo et al. 2021): calibrate the head on virtual features from class Gaussians")
+class CCVR(Component):
+    """CCVR (Luo et al., NeurIPS 2021, arXiv:2106.05001, Sec. 4), as an add-on to any base.
+
+    Each round, a client computes per-class mean, covariance and count of its training features
+    (z = the input of the classifier head) with the model it received (before local training; eval
+    mode), and uploads them (``(K, D)``, ``(K, D, D)``, ``(K,)``). The server merges them
+    (:func:`merge_statistics`). To evaluate, ``num_virtual`` virtual features per class (classes with
+    N_c >= 2) are drawn from N(mu_c, Sigma_c) with a server random stream (seed, round, ``ccvr``), and
+    a copy of the model's head is retrained on them with SGD (``epochs``, ``lr``, ``batch_size``,
+    momentum 0.9), starting from the current head; the calibrated head replaces the head for
+    evaluation only (training continues from the uncalibrated model, the next downlink restores it).
+    Every client is evaluated with the same calibrated head (identical draws). Departure: the paper
+    calibrates once, after the last round, with statistics of the final global model; here the
+    statistics are those of the model each client received in the latest round, so every
+    evaluation is calibrated. Statistics are of untransformed training inputs. Classification only.
+
+    Args:
+        num_virtual: virtual features per class (>= 1, default 100).
+        epochs: passes over the virtual features (>= 1, default 10).
+        lr: SGD learning rate of the calibration (> 0, default 0.01).
+        batch_size: calibration batch size (>= 1, default 64).
+
+    >>> ccvr = CCVR(num_virtual=100)
+    """
+
+    name = "ccvr"
+
+    def __init__(self, *, num_virtual: int = 100, epochs: int = 10, lr: float = 0.01, batch_size: int = 64) -> None:
+        check_range("ccvr.num_virtual", num_virtual, lo=1)
+        check_range("ccvr.epochs", epochs, lo=1)
+        check_range("ccvr.lr", lr, lo=0.0, lo_open=True)
+        check_range("ccvr.batch_size", batch_size, lo=1)
+        self.num_virtual, self.epochs, self.lr, self.batch_size = num_virtual, epochs, lr, batch_size
+
+    # --- client side -----------------------------------------------------------------------
+    def setup(self, model: nn.Module) -> None:
+        feature_tap(model)
+
+    @torch.no_grad()
+    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        counts = label_counts(ctx, self.name)
+        tap, model = feature_tap(ctx.model), ctx.model
+        was_training = model.training
+        model.eval()
+        try:
+            z = torch.cat([tap.features_of(lambda: model(ctx.data.x[i : i + 256]))[0]
+                           for i in range(0, len(ctx.data), 256)])
+        finally:
+            model.train(was_training)
+        self._stats = class_statistics(z.float(), ctx.data.y, counts.shape[0])
+
+    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+        mean, cov, count = self._stats
+        return {"mean": mean, "cov": cov, "count": count}, {}
+
+    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
+        usable = server["count"] >= 2
+        if not bool(usable.any()):
+            return
+        g = generator(ctx.seed, "server", ctx.round, self.name, "virtual")
+        classes = usable.nonzero().flatten()
+        z = torch.cat([sample_gaussian(server["mean"][c], server["cov"][c], self.num_virtual, g) for c in classes])
+        y = classes.repeat_interleave(self.num_virtual)
+        head = feature_tap(ctx.model).head
+        params = [p.detach().clone().requires_grad_(True) for p in (head.weight, head.bias) if p is not None]
+        with torch.enable_grad():
+            opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9)
+            for _ in range(self.epochs):
+                for idx in torch.randperm(len(y), generator=g).split(self.batch_size):
+                    opt.zero_grad()
+                    F.cross_entropy(F.linear(z[idx], *params), y[idx]).backward()
+                    opt.step()
+        with torch.no_grad():
+            for p, new in zip((q for q in (head.weight, head.bias) if q is not None), params):
+                p.copy_(new)
+
+    # --- server side -----------------------------------------------------------------------
+    def init_server(self, model: nn.Module) -> State:
+        _, head = classifier_head(model)
+        k, d = head.out_features, head.in_features
+        return {"mean": torch.zeros(k, d), "cov": torch.zeros(k, d, d), "count": torch.zeros(k)}
+
+    def uplink_spec(self, server: State) -> Spec:
+        return {k: TensorSpec.like(v) for k, v in server.items()}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        mean, cov, count = merge_statistics(torch.stack([u.part["mean"] for u in uplinks]),
+                                            torch.stack([u.part["cov"] for u in uplinks]),
+                                            torch.stack([u.part["count"] for u in uplinks]))
+        return {"mean": mean, "cov": cov, "count": count}

@@ -1,0 +1,82 @@
+"""FedNova: average local updates normalised by each client's amount of local work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from fedaug.core.errors import ConfigError
+from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.methods.base._common import client_weights, trainable
+from fedaug.methods.component import ClientCtx, State, Uplink
+from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.recipe import METHODS
+
+
+def normalizing_norm(num_steps: int, momentum: float) -> float:
+    """``||a_i||_1`` of FedNova (Wang et al. 2020, Sec. 4 and Appendix C) for local SGD.
+
+    Plain SGD: ``tau``. SGD with momentum rho (PyTorch's heavy ball):
+    ``[tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho)``.
+    """
+    if momentum == 0:
+        return float(num_steps)
+    rho = momentum
+    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+
+
+@METHODS.register("fednova", "FedNova (Wang et al. 2020): updates normalised by the number of local steps")
+class FedNova(FedAvg):
+    """FedNova (Wang et al., NeurIPS 2020, arXiv:2007.07481, Sec. 4).
+
+    Client i uploads its weights y_i and ``a_i = ||a_i||_1`` (:func:`normalizing_norm` of its
+    number of optimiser steps tau_i and the SGD momentum). The server normalises each update,
+    ``d_i = (y_i - x) / a_i``, and steps ``x <- x + tau_eff sum_i p_i d_i`` with
+    ``tau_eff = sum_i p_i a_i``. With equal ``a_i`` (same number of steps everywhere, e.g.
+    ``train.local_steps``) this is FedAvg. Buffers take FedAvg's average.
+
+    Args:
+        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i = n_i / n`` by default).
+
+    Raises:
+        ConfigError: (in training) the local optimiser is not SGD.
+
+    >>> fednova = FedNova()
+    """
+
+    name = "fednova"
+
+    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().round_start(ctx, part, state)
+        self._momentum: float | None = None
+
+    def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
+        if self._momentum is None:
+            if not isinstance(optimizer, torch.optim.SGD):
+                raise ConfigError(f"fednova normalises SGD updates; got train.optimizer={type(optimizer).__name__}, "
+                                  "set train.optimizer=sgd")
+            self._momentum = float(optimizer.param_groups[0]["momentum"])
+
+    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+        part, state = super().round_end(ctx)
+        part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum or 0.0))
+        return part, state
+
+    def init_server(self, model: nn.Module) -> State:
+        self._params = tuple(trainable(model))
+        return super().init_server(model)
+
+    def uplink_spec(self, server: State) -> Spec:
+        return {**super().uplink_spec(server), "a_norm": TensorSpec((), torch.float32)}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average
+        p = client_weights(uplinks, self.weighting)
+        a = [float(u.part["a_norm"]) for u in uplinks]
+        tau_eff = sum(pi * ai for pi, ai in zip(p, a))
+        for k in self._params:
+            x = server["weights"][k]
+            weights[k] = x + tau_eff * sum(pi * (u.part[k] - x) / ai for pi, ai, u in zip(p, a, uplinks))
+        return {**server, "weights": weights}

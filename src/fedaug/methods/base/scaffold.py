@@ -1,0 +1,99 @@
+"""SCAFFOLD: control variates correct each client's drift towards its own optimum."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from fedaug.core.errors import FedaugError
+from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.methods.base._common import check_range, client_weights, detached, trainable
+from fedaug.methods.component import ClientCtx, State, Uplink
+from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.recipe import METHODS
+
+CONTROL = "c/"  #: downlink key prefix of the server control variate c
+DELTA = "dc/"  #: uplink key prefix of the client's control-variate change Delta c_i
+
+
+@METHODS.register("scaffold", "SCAFFOLD (Karimireddy et al. 2020): drift correction with control variates")
+class SCAFFOLD(FedAvg):
+    """SCAFFOLD (Karimireddy et al., ICML 2020, arXiv:1910.06378, Algorithm 1, option II).
+
+    Client i, with server variate ``c`` and its own ``c_i`` (per-client state, 0 at first):
+    every local step uses the gradient ``g(y) - c_i + c`` (line 10); after K steps of learning
+    rate eta_l, ``c_i+ = c_i - c + (x - y) / (K eta_l)`` (line 12, option II) and it uploads its
+    weights y and ``Delta c_i = c_i+ - c_i``. Server (lines 16-17):
+    ``x <- x + server_lr * sum_i p_i (y_i - x)`` and ``c <- c + (1/N) sum_{i in S} Delta c_i``
+    with N the number of clients. Control variates exist for trainable parameters; buffers take
+    FedAvg's average. K is the round's number of optimiser steps.
+
+    Args:
+        server_lr: global step size eta_g (> 0, default 1).
+        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i``; the paper: uniform).
+
+    >>> scaffold = SCAFFOLD()
+    """
+
+    name = "scaffold"
+
+    def __init__(self, *, server_lr: float = 1.0, weighting: str = "samples", bn: str = "average") -> None:
+        super().__init__(weighting=weighting, bn=bn)
+        check_range("scaffold.server_lr", server_lr, lo=0.0, lo_open=True)
+        self.server_lr = server_lr
+        self.num_clients = 0
+
+    # --- client side -----------------------------------------------------------------------
+    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().round_start(ctx, part, state)
+        params = trainable(ctx.model)
+        self._x = detached(params)
+        self._c = {k: part[CONTROL + k] for k in params}
+        self._ci = state.get("control") or {k: torch.zeros_like(p) for k, p in self._x.items()}
+        self._correction = [(p, self._c[k] - self._ci[k]) for k, p in params.items()]
+
+    def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
+        for p, corr in self._correction:
+            if p.grad is not None:
+                p.grad.add_(corr)
+
+    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+        part, state = super().round_end(ctx)
+        y = trainable(ctx.model)
+        scale = 1.0 / (ctx.num_steps * ctx.lr)
+        ci_new = {k: self._ci[k] - self._c[k] + scale * (self._x[k] - y[k].detach()) for k in self._x}
+        part.update({DELTA + k: ci_new[k] - self._ci[k] for k in self._x})
+        return part, {**state, "control": ci_new}
+
+    # --- server side -----------------------------------------------------------------------
+    def setup_server(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+
+    def init_server(self, model: nn.Module) -> State:
+        server = super().init_server(model)
+        return {**server, "control": {k: torch.zeros_like(p.detach()) for k, p in trainable(model).items()}}
+
+    def downlink(self, server: State, client_id: int) -> Part:
+        return {**super().downlink(server, client_id), **{CONTROL + k: v for k, v in server["control"].items()}}
+
+    def downlink_spec(self, model: nn.Module) -> Spec:
+        return {**super().downlink_spec(model),
+                **{CONTROL + k: TensorSpec.like(p) for k, p in trainable(model).items()}}
+
+    def uplink_spec(self, server: State) -> Spec:
+        return {**super().uplink_spec(server),
+                **{DELTA + k: TensorSpec.like(v) for k, v in server["control"].items()}}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+        if self.num_clients < 1:
+            raise FedaugError("scaffold needs the number of clients: call setup_server(num_clients) first")
+        weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average
+        p = client_weights(uplinks, self.weighting)
+        control = {}
+        for k, c in server["control"].items():
+            x = server["weights"][k]
+            weights[k] = x + self.server_lr * sum(pi * (u.part[k] - x) for pi, u in zip(p, uplinks))
+            control[k] = c + sum(u.part[DELTA + k] for u in uplinks) / self.num_clients
+        return {**server, "weights": weights, "control": control}

@@ -1,0 +1,65 @@
+"""Distance correlation between raw inputs and features (FLea, KDD 2024, Eq. 5 and Appendix B Eq. 8;
+Szekely, Rizzo and Bakirov, Ann. Statist. 2007; NoPeek, Vepakomma et al. 2020).
+
+The sample estimator is the (biased) V-statistic: Euclidean distance matrices ``E_x, E_f`` of the
+batch, double-centred ``E^ = C E C`` with ``C = I - J / n``, ``nu2(x, f) = mean(E^_x * E^_f)`` and
+
+    dCor^2(x, f) = nu2(x, f) / sqrt(nu2(x, x) nu2(f, f))                       (Eq. 8)
+
+in [0, 1]: 1 when ``f`` is a linear map of ``x`` (scaled rotation plus shift), 0 (in the limit)
+when they are independent. The paper's Eq. 8 is this squared form; the authors' public code
+minimises its square root (``squared=False``). Both are differentiable, so either can be a loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fedaug.core.errors import ConfigError
+
+
+def centred_distances(z: Tensor, eps: float = 1e-12) -> Tensor:
+    """Double-centred Euclidean distance matrix ``C E C`` of the rows of ``z`` (Appendix B).
+
+    Args:
+        z: ``(n, D)`` samples as rows.
+        eps: floor inside the square root, so that the gradient at a zero distance is finite.
+
+    Returns:
+        ``(n, n)``, rows and columns summing to zero; differentiable w.r.t. ``z``.
+    """
+    sq = (z.unsqueeze(1) - z.unsqueeze(0)).pow(2).sum(-1)
+    e = torch.sqrt(sq.clamp_min(eps)) * (1 - torch.eye(z.shape[0], dtype=z.dtype, device=z.device))
+    return e - e.mean(0, keepdim=True) - e.mean(1, keepdim=True) + e.mean()
+
+
+def distance_correlation(x: Tensor, f: Tensor, *, squared: bool = True, eps: float = 1e-12) -> Tensor:
+    """The sample distance correlation of a batch of inputs and their features (Eq. 5 / Eq. 8).
+
+    Args:
+        x: ``(n, *in_shape)`` raw inputs (flattened per sample), n >= 2.
+        f: ``(n, *feature_shape)`` features of the same samples (flattened per sample).
+        squared: ``True``: Eq. 8, ``nu2(x, f) / sqrt(nu2(x, x) nu2(f, f))``; ``False``: its square
+            root, the usual dCor (what the authors' code minimises).
+        eps: floor inside square roots (distances and the normaliser).
+
+    Returns:
+        A 0-d tensor in [0, 1] (0 if either side is constant); differentiable w.r.t. ``x`` and ``f``.
+
+    Raises:
+        ConfigError: fewer than two samples, or ``x`` and ``f`` hold different numbers of samples.
+
+    >>> x = torch.randn(16, 3, 4, 4)
+    >>> round(float(distance_correlation(x, 2 * x.flatten(1) + 1)), 4)
+    1.0
+    """
+    if x.shape[0] != f.shape[0] or x.shape[0] < 2:
+        raise ConfigError(f"distance_correlation needs the same number n >= 2 of samples in x and f, "
+                          f"got {x.shape[0]} and {f.shape[0]}; pass batches of at least 2 paired samples")
+    a = centred_distances(x.flatten(1).to(torch.float64 if x.dtype == torch.float64 else torch.float32), eps)
+    b = centred_distances(f.flatten(1).to(a.dtype), eps)
+    v_xf, v_xx, v_ff = (a * b).mean(), (a * a).mean(), (b * b).mean()
+    denom = torch.sqrt((v_xx * v_ff).clamp_min(eps))
+    r2 = (v_xf / denom).clamp(0.0, 1.0) if bool(v_xx * v_ff > eps) else v_xf * 0.0
+    return r2 if squared else torch.sqrt(r2.clamp_min(eps)) * (r2 > 0)

@@ -1,0 +1,57 @@
+"""Gaussian noise on shared statistics and features, for any component that uploads them.
+
+A generic helper, not a differential-privacy accountant: it perturbs what leaves a client with
+``N(0, std^2)`` noise, ``std`` absolute or relative to the tensor's own standard deviation, drawn
+from the caller's seeded generator (``ctx.rng("noise")``), so runs stay reproducible. FLea applies
+it to the features it shares (``flea.noise_std``); FedFA / FedRDN / FedMix can call it on their
+uplink statistics or means in ``round_end`` in one line (see ``docs/privacy.md``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fedaug.core.errors import ConfigError
+
+SCALES = ("absolute", "relative")
+
+
+def check_noise(owner: str, std: float, scale: str) -> None:
+    """Raise :class:`ConfigError` naming ``owner`` unless ``std >= 0`` and ``scale`` is known."""
+    problems = []
+    if not isinstance(std, (int, float)) or std < 0:
+        problems.append(f"{owner}.noise_std must be a number >= 0 (0 = no noise), got {std!r}")
+    if scale not in SCALES:
+        problems.append(f"{owner}.noise_scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, scale: str = "absolute") -> Tensor:
+    """``t + N(0, sigma^2)`` elementwise, with ``sigma = std`` or ``std * t.std()``.
+
+    Args:
+        t: any floating tensor, e.g. features ``(N, C, *spatial)`` or channel statistics ``(C,)``;
+            not modified in place.
+        std: the noise scale; 0 returns ``t`` itself.
+        generator: a CPU generator (the caller's seeded stream); draws ``t.numel()`` normals.
+        scale: ``"absolute"`` or ``"relative"`` (to the standard deviation of all of ``t``'s values).
+
+    Returns:
+        Same shape, dtype and device as ``t``.
+
+    Raises:
+        ConfigError: ``std < 0`` or an unknown ``scale``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> t = torch.zeros(3)
+    >>> add_gaussian_noise(t, 0.0, g) is t
+    True
+    """
+    check_noise("add_gaussian_noise", std, scale)
+    if std == 0:
+        return t
+    sigma = std * (float(t.detach().float().std()) if scale == "relative" and t.numel() > 1 else 1.0)
+    noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
+    return t + (sigma * noise).to(dtype=t.dtype, device=t.device)

@@ -1,0 +1,73 @@
+"""CCVR: merged class statistics equal the pooled ones; virtual features follow them; the
+calibrated head is used for evaluation, identically for every client."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedaug.core.errors import ConfigError
+from fedaug.core.rng import generator
+from fedaug.methods.base.ccvr import CCVR, class_statistics, merge_statistics, sample_gaussian
+from fedaug.methods.component import ClientCtx, Uplink
+from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.recipe import Recipe
+from tests.methods.base.tiny import Deep2, Linear2, run_client, split
+
+
+def test_merged_statistics_equal_the_pooled_ones():
+    g = np.random.default_rng(0)
+    clients = [(g.normal(size=(n, 3)), g.integers(0, 2, size=n)) for n in (7, 12, 4)]  # (N_k, D=3), K=2
+    stats = [class_statistics(torch.tensor(z), torch.tensor(y), 2) for z, y in clients]
+    mean, cov, count = merge_statistics(*(torch.stack([s[i] for s in stats]) for i in range(3)))
+    z_all = np.concatenate([z for z, _ in clients])
+    y_all = np.concatenate([y for _, y in clients])
+    for c in range(2):
+        np.testing.assert_allclose(mean[c].numpy(), z_all[y_all == c].mean(0), rtol=1e-5)
+        np.testing.assert_allclose(cov[c].numpy(), np.cov(z_all[y_all == c], rowvar=False), rtol=1e-4, atol=1e-6)
+        assert count[c] == (y_all == c).sum()
+
+
+def test_virtual_features_follow_the_gaussian():
+    mean, cov = torch.tensor([1.0, -2.0]), torch.tensor([[2.0, 0.6], [0.6, 0.5]])
+    z = sample_gaussian(mean, cov, 20000, generator(0, "t")).double().numpy()
+    np.testing.assert_allclose(z.mean(0), mean.numpy(), atol=0.05)
+    np.testing.assert_allclose(np.cov(z, rowvar=False), cov.numpy(), atol=0.05)
+
+
+def test_client_uploads_statistics_of_the_received_model():
+    ccvr, fedavg = CCVR(), FedAvg()
+    model = Deep2()
+    ccvr.setup(model)
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model), 0), "ccvr": {}}
+    features = model.body(split().x).detach()  # before the local step
+    result = run_client(Recipe(fedavg, [ccvr]), model, down)
+    mean, cov, count = class_statistics(features, split().y, 2)
+    assert torch.allclose(result.uplink["ccvr"]["mean"], mean) and torch.allclose(result.uplink["ccvr"]["cov"], cov)
+    assert result.uplink["ccvr"]["count"].tolist() == [2.0, 2.0]
+
+
+def test_calibration_fixes_a_biased_head_for_every_client_alike():
+    ccvr = CCVR(num_virtual=200, epochs=20, lr=0.1)
+    model = Linear2()  # head input = 2-D features
+    server = ccvr.init_server(model)
+    ups = [Uplink(0, 1, {"mean": torch.tensor([[3.0, 0.0], [0.0, 0.0]]), "cov": 0.1 * torch.eye(2).repeat(2, 1, 1),
+                         "count": torch.tensor([50.0, 0.0])}),
+           Uplink(1, 1, {"mean": torch.tensor([[0.0, 0.0], [-3.0, 0.0]]), "cov": 0.1 * torch.eye(2).repeat(2, 1, 1),
+                         "count": torch.tensor([0.0, 50.0])})]
+    server = ccvr.aggregate(server, ups)
+    biased = {"head.weight": torch.zeros(2, 2), "head.bias": torch.tensor([0.0, 5.0])}  # always predicts 1
+    heads = []
+    for cid in (0, 1):
+        model.load_state_dict(biased)
+        ccvr.eval_start(ClientCtx(model, cid, 3, 0, split(), training=False), server, {})
+        heads.append(model.head.weight.detach().clone())
+        logits = model(torch.tensor([[3.0, 0.0], [-3.0, 0.0]]))
+        assert logits.argmax(1).tolist() == [0, 1]
+    assert torch.equal(heads[0], heads[1])
+
+
+def test_options_are_checked():
+    with pytest.raises(ConfigError, match=r"ccvr.num_virtual must be >= 1, got 0"):
+        CCVR(num_virtual=0)

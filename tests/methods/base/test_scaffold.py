@@ -1,0 +1,54 @@
+"""SCAFFOLD: corrected local steps, the option-II control-variate update and the server step."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedaug.methods.base.scaffold import SCAFFOLD
+from fedaug.methods.component import Uplink
+from fedaug.methods.recipe import Recipe
+from tests.methods.base.tiny import B0, LR, W0, Linear2, ce_grads, run_client
+
+C_W, C_B = np.array([[0.2, -0.1], [0.0, 0.3]]), np.array([0.05, -0.05])  # server variate c
+CI_W, CI_B = np.array([[-0.1, 0.1], [0.2, 0.0]]), np.array([0.0, 0.1])  # client variate c_i
+
+
+def t(a):
+    return torch.tensor(a, dtype=torch.float32)
+
+
+def test_client_steps_with_corrected_gradients_and_updates_its_variate():
+    scaffold = SCAFFOLD()
+    model = Linear2()
+    server = scaffold.init_server(model)
+    server["control"] = {"head.weight": t(C_W), "head.bias": t(C_B)}
+    state = {"scaffold": {"control": {"head.weight": t(CI_W), "head.bias": t(CI_B)}}}
+    result = run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, steps=2)
+    w, b = W0.copy(), B0.copy()
+    for _ in range(2):  # Alg. 1 line 10: y <- y - eta_l (g(y) - c_i + c)
+        gw, gb = ce_grads(w, b)
+        w, b = w - LR * (gw - CI_W + C_W), b - LR * (gb - CI_B + C_B)
+    part = result.uplink["scaffold"]
+    np.testing.assert_allclose(part["head.weight"].numpy(), w, rtol=1e-5)
+    np.testing.assert_allclose(part["head.bias"].numpy(), b, rtol=1e-5)
+    ci_new_w = CI_W - C_W + (W0 - w) / (2 * LR)  # line 12, option II, K = 2
+    np.testing.assert_allclose(result.state["scaffold"]["control"]["head.weight"].numpy(), ci_new_w, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(part["dc/head.weight"].numpy(), ci_new_w - CI_W, rtol=1e-4, atol=1e-6)
+
+
+def test_server_step_and_variate_average_over_all_clients():
+    scaffold = SCAFFOLD(server_lr=0.5, weighting="uniform")
+    scaffold.setup_server(4)  # N = 4 clients, 2 sampled
+    server = scaffold.init_server(Linear2())
+    server["control"]["head.bias"] = t([1.0, -1.0])
+    ups = [Uplink(0, 5, {"head.weight": t(W0 + 1.0), "head.bias": t([0.0, 0.0]),
+                         "dc/head.weight": t(np.ones((2, 2))), "dc/head.bias": t([2.0, 0.0])}),
+           Uplink(3, 15, {"head.weight": t(W0 - 3.0), "head.bias": t([1.0, 1.0]),
+                          "dc/head.weight": t(np.zeros((2, 2))), "dc/head.bias": t([2.0, 4.0])})]
+    new = scaffold.aggregate(server, ups)
+    # x <- x + eta_g * mean(y_i - x); c <- c + (1/N) sum dc_i
+    np.testing.assert_allclose(new["weights"]["head.weight"].numpy(), W0 + 0.5 * np.mean([1.0, -3.0]), rtol=1e-6)
+    np.testing.assert_allclose(new["weights"]["head.bias"].numpy(), B0 + 0.5 * (np.array([0.5, 0.5]) - B0), rtol=1e-6)
+    np.testing.assert_allclose(new["control"]["head.bias"].numpy(), [1.0 + 4.0 / 4, -1.0 + 4.0 / 4])
+    np.testing.assert_allclose(new["control"]["head.weight"].numpy(), np.full((2, 2), 0.25))
