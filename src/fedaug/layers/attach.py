@@ -28,7 +28,8 @@ class _AttachedLayer:
         self.layer = layer
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor:
-        self.layer.train(self.host.training)
+        if self.layer.training != self.host.training:
+            self.layer.train(self.host.training)
         ref = next(iter(self.layer.parameters()), None)
         if ref is None:
             ref = next(iter(self.layer.buffers()), None)

@@ -13,6 +13,7 @@ Wire format (rows are samples, flattened so that the server needs no shapes):
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 
 import torch
@@ -82,7 +83,7 @@ def aggregate_pool(server: State, uplinks: Sequence[Uplink]) -> State:
     return {"x": x, "y": y, "owner": owner, "sent": sent}
 
 
-class PoolAug(Component):
+class PoolAug(Component, abc.ABC):
     """A component whose clients contribute rows to a shared pool once and train with the others' rows.
 
     Subclasses set :attr:`y_dtype` and implement :meth:`contribution`; after :meth:`round_start`,
@@ -92,9 +93,9 @@ class PoolAug(Component):
 
     y_dtype: torch.dtype = torch.float32
 
+    @abc.abstractmethod
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         """This client's rows: ``x (n, *sample)`` float32 and ``y (n, ...)``."""
-        raise NotImplementedError
 
     def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._pool = merge_pool(state, part, self.name)

@@ -9,6 +9,7 @@ federation information yet" (their neutral values, see :class:`~fedaug.layers.ff
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -39,7 +40,7 @@ def check_choice(owner: str, key: str, value: str, allowed: Sequence[str]) -> st
     return value
 
 
-class FeatureStatsAug(Component):
+class FeatureStatsAug(Component, abc.ABC):
     """Base class of feature-statistics augmentations; subclasses say what travels and how layers use it.
 
     Args:
@@ -64,19 +65,19 @@ class FeatureStatsAug(Component):
         self.handle: AttachHandle | None = None
 
     # --- subclass hooks ------------------------------------------------------------------------
+    @abc.abstractmethod
     def make_layer(self, channels: int) -> FFALayer:
         """The layer for one attach point with ``channels`` channels."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def receive(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
                 state: State) -> None:
         """Configure the ``layer`` after module ``name`` for this round from its downlink quantities
         (an empty dict before the first aggregation) and the per-client ``state``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def server_quantities(self, means: Tensor, stds: Tensor) -> dict[str, Tensor]:
         """Per-layer downlink quantities ``(C,)`` from the clients' running statistics ``(M, C)``."""
-        raise NotImplementedError
 
     def client_state(self, layers: dict[str, FFALayer]) -> State:
         """Per-client state kept between rounds (default: none)."""

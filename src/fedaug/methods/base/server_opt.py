@@ -8,6 +8,7 @@ Adam step on a running variance could make it negative.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +20,7 @@ from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 
-class _ServerOptimizer(FedAvg):
+class _ServerOptimizer(FedAvg, abc.ABC):
     """FedAvg whose server applies ``update`` to Delta = avg_k(w_k) - w (per trainable parameter)."""
 
     #: names of the per-parameter server buffers, each initialised by :meth:`initial_buffer`.
@@ -35,9 +36,9 @@ class _ServerOptimizer(FedAvg):
             server[b] = {k: self.initial_buffer(b, p.detach()) for k, p in params.items()}
         return server
 
+    @abc.abstractmethod
     def update(self, server: State, key: str, delta: Tensor) -> Tensor:
         """Update this parameter's buffers in ``server`` in place; return the step added to w."""
-        raise NotImplementedError
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
         new = dict(server)
@@ -108,8 +109,9 @@ class _Adaptive(_ServerOptimizer):
     def initial_buffer(self, buffer: str, param: Tensor) -> Tensor:
         return torch.full_like(param, self.tau**2) if buffer == "v" else torch.zeros_like(param)
 
+    @abc.abstractmethod
     def second_moment(self, v: Tensor, delta2: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The new second-moment estimate from the old ``v`` and the squared pseudo-gradient."""
 
     def update(self, server: State, key: str, delta: Tensor) -> Tensor:
         m = self.beta1 * server["m"][key] + (1 - self.beta1) * delta
