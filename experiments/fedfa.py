@@ -3,8 +3,9 @@
 Run: ``nice -n 5 .venv/bin/python experiments/fedfa.py GRID [--seeds 0 1 2] [--out runs/fedfa]``
 then ``.venv/bin/python experiments/fedfa.py GRID --table`` for the Markdown table (mean +/- std
 over seeds of the final mean client test metric). GRID is one of ``digits4``, ``smartwatch``,
-``brain2d``, ``brain3d``. A finished run (``summary.json`` present) is skipped; an interrupted one is
-resumed from its newest checkpoint, so the command can be re-run until the grid is complete.
+``brain2d``, ``brain3d`` and ``digits4-why`` (follow-up runs on why FedFA trails FedAvg). A
+finished run (``summary.json`` present) is skipped; an interrupted one is resumed from its newest
+checkpoint, so the command can be re-run until the grid is complete.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
                                     "method.options.fedavg.weighting=uniform"],
         "FedFA-C": [*FEDFA, "method.options.fedfa.variance=client"],
         "FedFA-R": [*FEDFA, "method.options.fedfa.variance=fixed"],
+    }),
+    # why FedFA trails FedAvg at 30 rounds: more rounds, a lower p, later placement, smaller lr
+    "digits4-why": ("digits4", [], {
+        "FedAvg, 90 rounds": ["train.rounds=90"],
+        "FedFA, 90 rounds": [*FEDFA, "train.rounds=90"],
+        "FedFA p=0.2": [*FEDFA, "method.options.fedfa.p=0.2"],
+        "FedFA at block3-4": [*FEDFA, "method.options.fedfa.at=[block3,block4]"],
+        "FedFA lr 0.02": [*FEDFA, "train.lr=0.02"],
+        "FedAvg lr 0.02": ["train.lr=0.02"],
     }),
     "smartwatch": ("fedfa_smartwatch", [], {
         "FedAvg": ["method.augs=[]"],

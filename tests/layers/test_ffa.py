@@ -10,7 +10,8 @@ import torch
 from fedaug.core.errors import ConfigError
 from fedaug.layers import FFALayer
 from fedaug.layers.functional import (
-    batch_variance,
+    StatNoise,
+    autograd_map,
     channel_stats,
     client_sharing_variance,
     perturb_channel_stats,
@@ -75,13 +76,44 @@ def test_channel_stats_golden():
     np.testing.assert_allclose(sigma_unbiased.numpy(), np_stats(X, ddof=1)[1], rtol=1e-12)
 
 
-def test_batch_variance_golden():
-    # (B=3, C=2) statistics -> (C,) client-specific variance, Eq. 3
-    stat = np.array([[1.0, 2.0], [3.0, 2.0], [8.0, 5.0]])
-    np.testing.assert_allclose(batch_variance(torch.tensor(stat)).numpy(), stat.var(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(batch_variance(torch.tensor(stat), unbiased=True, eps=1e-6).numpy(),
-                               stat.var(axis=0, ddof=1) + 1e-6, rtol=1e-12)
-    assert batch_variance(torch.tensor(stat[:1]), unbiased=True).tolist() == [0.0, 0.0]  # B = 1: no NaN
+def test_client_specific_and_fused_variances_golden():
+    # (B=3, C=2) statistics -> (C,) client-specific variance (Eq. 3) and fused variance (Eq. 7)
+    mu = np.array([[1.0, 2.0], [3.0, 2.0], [8.0, 5.0]])
+    sigma = np.array([[0.5, 1.0], [1.5, 2.0], [1.0, 0.0]])
+    gamma = np.array([[0.4, 1.6], [1.5, 0.5]])
+    noise = torch.zeros(2, 3, 2, dtype=torch.float64)
+    for ddof, extra in ((0, 0.0), (1, 1e-6)):
+        sn = StatNoise(noise, mult=torch.tensor(gamma + 1), correction=ddof, extra=extra)
+        sn(torch.tensor(np.stack((mu, sigma))))
+        want = np.stack((mu.var(axis=0, ddof=ddof), sigma.var(axis=0, ddof=ddof))) + extra
+        np.testing.assert_allclose(sn.variance.numpy(), want, rtol=1e-12)
+        np.testing.assert_allclose(sn.fused.numpy(), (gamma + 1) * want, rtol=1e-12)
+    one = StatNoise(noise[:, :1], mult=torch.ones(2, 2, dtype=torch.float64), correction=1)
+    one(torch.tensor(np.stack((mu[:1], sigma[:1]))))
+    assert one.variance.tolist() == [[0.0, 0.0], [0.0, 0.0]]  # B = 1: no NaN
+
+
+@pytest.mark.parametrize("noise_scale", ["std", "variance"])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_stat_noise_vjp_equals_autograd(noise_scale, correction):
+    g = torch.Generator().manual_seed(2)
+    mu, sigma = torch.randn(5, 3, generator=g, dtype=torch.float64), torch.rand(5, 3, generator=g, dtype=torch.float64)
+    noise, mult = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.rand(2, 3, generator=g, dtype=torch.float64)
+    sn = StatNoise(noise, mult=mult, noise_scale=noise_scale, correction=correction, extra=1e-6 * correction)
+
+    def plain(m: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.stack((m, s))
+        f = mult * (z.var(dim=1, correction=correction) + 1e-6 * correction)
+        scale = f.sqrt() if noise_scale == "std" else f
+        z_hat = z + noise * scale.unsqueeze(1)
+        return z_hat[0], z_hat[1]
+
+    z = torch.stack((mu, sigma))
+    got, vjp = sn(z)
+    ref, ref_vjp = autograd_map(plain)(z)
+    torch.testing.assert_close(got, ref)
+    grad = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(vjp(grad), ref_vjp(grad))
 
 
 @pytest.mark.parametrize("stats, per_channel, unbiased, expected", [
@@ -174,10 +206,17 @@ def test_eval_and_p0_are_the_identity():
     assert FFALayer(3, p=0.0)(x) is x
 
 
-def test_gradients_reach_the_input_exactly():
+@pytest.mark.parametrize("variance, noise_scale, estimator", [
+    ("fused", "std", "paper"), ("fused", "std", "official"), ("direct", "std", "paper"),
+    ("product", "variance", "paper"), ("client", "std", "official"), ("fixed", "std", "paper"),
+    ("fixed", "variance", "official"),
+])  # fmt: skip
+def test_gradients_reach_the_input_exactly(variance, noise_scale, estimator):
     x = torch.tensor(X, requires_grad=True)
-    layer = FFALayer(2, p=1.0, generator=torch.Generator().manual_seed(0)).double()
-    layer.set_gamma(torch.tensor([0.5, 1.5], dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+    layer = FFALayer(2, p=1.0, variance=variance, noise_scale=noise_scale, estimator=estimator,
+                     generator=torch.Generator().manual_seed(0)).double()
+    if variance in ("fused", "direct", "product"):
+        layer._set_shared(torch.tensor([0.5, 1.5], dtype=torch.float64), torch.ones(2, dtype=torch.float64))
 
     def fresh(inp):
         layer.generator = torch.Generator().manual_seed(0)
@@ -188,10 +227,11 @@ def test_gradients_reach_the_input_exactly():
     assert x.grad is not None and bool(x.grad.abs().sum() > 0)
 
 
-def test_fused_backward_matches_plain_autograd():
+@pytest.mark.parametrize("shape", [(6, 4, 7, 5), (3, 4, 16, 16)])  # short rows and long rows (N >= 64)
+def test_fused_backward_matches_plain_autograd(shape):
     torch.manual_seed(0)
-    x = torch.randn(6, 4, 7, 5, dtype=torch.float64, requires_grad=True)
-    noise = torch.randn(2, 6, 4, dtype=torch.float64)
+    x = (3.0 + 2.0 * torch.randn(*shape, dtype=torch.float64)).requires_grad_()
+    noise = torch.randn(2, *shape[:2], dtype=torch.float64)
     var_mu, var_sigma = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
     y = perturb_channel_stats(x, var_mu, var_sigma, noise_mu=noise[0], noise_sigma=noise[1])
     mu, sigma = channel_stats(x)
@@ -239,7 +279,7 @@ def test_degenerate_inputs_give_no_nan(variance, estimator, shape):
 
 def test_restyle_with_identity_map_returns_the_input():
     x = torch.randn(3, 2, 5, dtype=torch.float64)
-    y, mu, sigma = restyle(x, lambda m, s: (m, s))
+    y, mu, sigma = restyle(x, autograd_map(lambda m, s: (m, s)))
     torch.testing.assert_close(y, x)
     assert mu.shape == sigma.shape == (3, 2) and not mu.requires_grad
 

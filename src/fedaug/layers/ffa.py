@@ -7,14 +7,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 
-from fedaug.layers.functional import (
-    batch_variance,
-    momentum_update,
-    restyle,
-    safe_sqrt,
-    sample_stats,
-    t_modulation,
-)
+from fedaug.layers.functional import StatNoise, momentum_update, restyle, t_modulation
 
 #: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
 #: and the server's per-channel quantity ``s``.
@@ -153,36 +146,31 @@ class FFALayer(nn.Module):
         g = self.generator
         if self.p < 1.0 and not bool(torch.rand((), generator=g) < self.p):
             return x
-        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g).to(device=x.device, dtype=x.dtype)
-        y, mu, sigma = restyle(x, lambda m, s: self._sample(m, s, noise), eps=self.eps,
-                               unbiased=self.estimator == "official")
+        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g)
+        if noise.dtype != x.dtype or noise.device != x.device:
+            noise = noise.to(device=x.device, dtype=x.dtype)
+        y, mu, sigma = restyle(x, self._stat_noise(noise), eps=self.eps, unbiased=self.estimator == "official")
         with torch.no_grad():
             weight = 0.0 if self._init_from_batch else self.momentum
-            self.running_mean.copy_(momentum_update(self.running_mean, mu, weight))
-            self.running_std.copy_(momentum_update(self.running_std, sigma, weight))
+            momentum_update(self.running_mean, mu, weight)
+            momentum_update(self.running_std, sigma, weight)
             self._init_from_batch = False
         return y
 
-    def _sample(self, mu: Tensor, sigma: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-        """``(mu_hat, sigma_hat)`` from ``(B, C)`` statistics and ``(2, B, C)`` noise (Eq. 3, 7, 9)."""
+    def _stat_noise(self, noise: Tensor) -> StatNoise:
+        """The map ``(mu, sigma) -> (mu_hat, sigma_hat)`` of Eq. 3, 7, 9 for ``(2, B, C)`` noise."""
         if self.variance == "fixed":
-            fused_mu = fused_sigma = torch.full_like(mu[0], self.lam**2)
+            fixed = self.lam**2 if self.noise_scale == "variance" else self.lam
+            return StatNoise(noise, scale=torch.full((2, self.num_channels), fixed, dtype=noise.dtype,
+                                                     device=noise.device))
+        shift = {"fused": 1.0, "direct": 1.0, "product": 0.0}.get(self.variance)
+        if shift is None:  # "client": v itself
+            mult = torch.ones((2, self.num_channels), dtype=noise.dtype, device=noise.device)
         else:
-            official = self.estimator == "official"
-            extra = 1e-6 if official else 0.0
-            v_mu = batch_variance(mu, unbiased=official, eps=extra)
-            v_sigma = batch_variance(sigma, unbiased=official, eps=extra)
-            if self.variance in ("fused", "direct"):
-                fused_mu, fused_sigma = (self.shared_mu + 1) * v_mu, (self.shared_sigma + 1) * v_sigma
-            elif self.variance == "product":
-                fused_mu, fused_sigma = self.shared_mu * v_mu, self.shared_sigma * v_sigma
-            else:  # "client" (the only other key of VARIANCES)
-                fused_mu, fused_sigma = v_mu, v_sigma
-        if self.noise_scale == "std":
-            scale_mu, scale_sigma = safe_sqrt(fused_mu), safe_sqrt(fused_sigma)
-        else:
-            scale_mu, scale_sigma = fused_mu, fused_sigma
-        return sample_stats(mu, sigma, scale_mu, scale_sigma, noise[0], noise[1])
+            mult = torch.stack((self.shared_mu, self.shared_sigma)) + shift
+        official = self.estimator == "official"
+        return StatNoise(noise, mult=mult, noise_scale=self.noise_scale, correction=int(official),
+                         extra=1e-6 if official else 0.0)
 
     def extra_repr(self) -> str:
         return (f"{self.num_channels}, p={self.p}, momentum={self.momentum}, variance={self.variance!r}, "

@@ -12,10 +12,6 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-#: maps the batch's statistics ``(mu, sigma)``, each ``(B, C)``, to new ones of the same shape.
-StatsMap = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
-
-
 def _check_features(x: Tensor) -> None:
     if x.dim() < 3:
         raise ValueError(
@@ -41,21 +37,6 @@ def channel_stats(x: Tensor, *, eps: float = 1e-6, unbiased: bool = False) -> tu
     n = x[0, 0].numel()
     var, mu = torch.var_mean(x, dim=dims, correction=int(unbiased and n > 1))
     return mu, (var + eps).sqrt()
-
-
-def batch_variance(stat: Tensor, *, unbiased: bool = False, eps: float = 0.0) -> Tensor:
-    """Variance over the batch of one statistic: client-specific variance (FedFA Eq. 3).
-
-    Args:
-        stat: ``(B, C)`` per-sample statistics (``mu`` or ``sigma``).
-        unbiased: divide by ``B - 1`` (public code) instead of ``B`` (paper); ``B = 1`` gives 0.
-        eps: added to the result (the public code adds 1e-6).
-
-    Returns:
-        ``(C,)``, differentiable w.r.t. ``stat``.
-    """
-    correction = int(unbiased and stat.shape[0] > 1)
-    return torch.var(stat, dim=0, correction=correction) + eps
 
 
 def client_sharing_variance(stats: Tensor, *, per_channel: bool = True, unbiased: bool = False) -> Tensor:
@@ -100,114 +81,194 @@ def t_modulation(var: Tensor, *, eps: float = 0.0) -> Tensor:
     return var.shape[0] * a / total
 
 
-def safe_sqrt(v: Tensor) -> Tensor:
-    """``sqrt(v)`` for ``v >= 0`` whose gradient at ``v = 0`` is 0 instead of inf (no NaN)."""
-    positive = v > 0
-    return torch.where(positive, v.clamp_min(torch.finfo(v.dtype).tiny).sqrt(), torch.zeros_like(v))
-
-
 def momentum_update(running: Tensor, stat: Tensor, momentum: float) -> Tensor:
-    """``momentum * running + (1 - momentum) * mean_b(stat)`` (FedFA Eq. 4; VFDA Eq. 4 with eta).
+    """``running <- momentum * running + (1 - momentum) * mean_b(stat)`` in place (FedFA Eq. 4;
+    VFDA Eq. 4 with eta).
 
     Args:
-        running: ``(C,)`` running statistic.
+        running: ``(C,)`` running statistic, updated in place.
         stat: ``(B, C)`` this batch's statistics (detach them first: no gradient flows here).
         momentum: weight of the old value, in ``[0, 1]``.
 
     Returns:
-        ``(C,)`` new running statistic (a new tensor).
+        ``running``.
     """
-    return momentum * running + (1.0 - momentum) * stat.mean(0)
+    return running.mul_(momentum).add_(stat.mean(0), alpha=1.0 - momentum)
 
 
-def sample_stats(mu: Tensor, sigma: Tensor, scale_mu: Tensor, scale_sigma: Tensor,
-                 noise_mu: Tensor, noise_sigma: Tensor) -> tuple[Tensor, Tensor]:
-    """Re-parameterised sampling of new statistics (FedFA Eq. 9; VFDA Eq. 7).
+#: vector-Jacobian product of a statistics map: ``dL/dz_hat -> dL/dz``, both ``(2, B, C)``.
+StatsVJP = Callable[[Tensor], Tensor]
+#: maps the batch's statistics ``z = (mu, sigma)`` stacked ``(2, B, C)`` to new ones of the same
+#: shape, and returns their vector-Jacobian product: ``(z_hat, vjp)``.
+StatsMap = Callable[[Tensor], tuple[Tensor, StatsVJP]]
 
-    ``mu_hat = mu + noise_mu * scale_mu``, ``sigma_hat = sigma + noise_sigma * scale_sigma``.
+
+def _identity_vjp(g: Tensor) -> Tensor:
+    return g
+
+
+class StatNoise:
+    """Re-parameterised resampling of the statistics (FedFA Eq. 3, 7, 9; VFDA Eq. 7), a :data:`StatsMap`.
+
+    For each statistic ``z`` in ``(mu, sigma)`` (``(B, C)``): ``z_hat = z + noise * s``, with
+    ``s`` ``(C,)`` either given (``scale``: fixed scales, FedFA-R) or computed from the batch
+    variance ``v = sum_b (z_b - mean_b z)^2 / (B - correction) + extra`` (Eq. 3) and a
+    per-channel multiplier ``k`` (``mult``): the sampling variance is ``f = k v`` (Eq. 7 with
+    ``k = gamma + 1``; products and FedFA-C use other ``k``), and ``s = sqrt(f)`` (``"std"``,
+    Eq. 9) or ``s = f`` (``"variance"``, VFDA Eq. 7 as printed). The vector-Jacobian product is
+    the closed form ``dL/dz = G + (2 / (B - correction)) (sum_b G_b noise_b) ds/dv (z - mean_b z)``
+    (``G = dL/dz_hat``), exact and far cheaper than an autograd graph on ``(B, C)`` tensors; the
+    square root's gradient at ``f = 0`` is taken as 0 (no NaN for a batch of one).
 
     Args:
-        mu, sigma: ``(B, C)`` original statistics.
-        scale_mu, scale_sigma: ``(C,)`` noise scales (FedFA: the fused standard deviations
-            ``sqrt(Eq. 7)``; VFDA's Eq. 7 as printed: the fused variances).
-        noise_mu, noise_sigma: ``(B, C)`` standard normal draws.
+        noise: ``(2, B, C)`` standard normal draws (means, then stds).
+        scale: ``(2, C)`` fixed noise scales, or ``None``.
+        mult: ``(2, C)`` multipliers ``k`` of the batch variances, or ``None`` (exactly one of
+            ``scale`` and ``mult``).
+        noise_scale: ``"std"`` or ``"variance"`` (with ``mult``).
+        correction: 1 for the unbiased batch variance (public code), 0 for the paper's ``1/B``;
+            ignored for ``B = 1``.
+        extra: added to the batch variances (the public code's 1e-6).
 
-    Returns:
-        ``mu_hat, sigma_hat``, each ``(B, C)``, differentiable w.r.t. every input.
+    Attributes (after a call, with ``mult``):
+        variance: ``(2, C)`` the client-specific variances of Eq. 3 (``v``).
+        fused: ``(2, C)`` the sampling variances ``f`` (Eq. 7).
     """
-    return mu + noise_mu * scale_mu, sigma + noise_sigma * scale_sigma
+
+    def __init__(self, noise: Tensor, *, scale: Tensor | None = None, mult: Tensor | None = None,
+                 noise_scale: str = "std", correction: int = 0, extra: float = 0.0) -> None:
+        if (scale is None) == (mult is None):
+            raise ValueError("StatNoise needs exactly one of scale= and mult=")
+        self.noise, self.scale, self.mult = noise, scale, mult
+        self.noise_scale, self.correction, self.extra = noise_scale, correction, extra
+
+    def __call__(self, z: Tensor) -> tuple[Tensor, StatsVJP]:
+        """``z`` ``(2, B, C)`` -> ``(z_hat, vjp)``."""
+        if self.scale is not None:
+            return torch.addcmul(z, self.noise, self.scale.unsqueeze(1)), _identity_vjp
+        correction = self.correction if z.shape[1] > 1 else 0
+        self.variance = torch.var(z, dim=1, correction=correction)
+        if self.extra:
+            self.variance.add_(self.extra)
+        self.fused = self.mult * self.variance  # >= 0
+        s = self.fused.sqrt() if self.noise_scale == "std" else self.fused
+        return torch.addcmul(z, self.noise, s.unsqueeze(1)), lambda g: self._vjp(z, s, g)
+
+    def _vjp(self, z: Tensor, s: Tensor, g: Tensor) -> Tensor:
+        if self.noise_scale == "std":
+            ds_dv = (0.5 * self.mult / s).nan_to_num_(0.0, 0.0, 0.0)  # 0 where s = 0: no NaN
+        else:
+            ds_dv = self.mult
+        coef = (g * self.noise).sum(1).mul_(ds_dv).mul_(2.0 / max(z.shape[1] - self.correction, 1))
+        return torch.addcmul(g, z - z.mean(1, keepdim=True), coef.unsqueeze(1))
+
+
+def autograd_map(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> StatsMap:
+    """Turn any differentiable ``(mu, sigma) -> (mu_hat, sigma_hat)`` (all ``(B, C)``) into a
+    :data:`StatsMap` whose vector-Jacobian product is taken by autograd (slower than a closed form
+    such as :class:`StatNoise`; tensors ``fn`` closes over get no gradient)."""
+
+    def stats_map(z: Tensor) -> tuple[Tensor, StatsVJP]:
+        with torch.enable_grad():
+            z_l = z.detach().requires_grad_()
+            z_hat = torch.stack(fn(z_l[0], z_l[1]))
+
+        def vjp(g: Tensor) -> Tensor:
+            if not z_hat.requires_grad:
+                return torch.zeros_like(z)
+            (grad,) = torch.autograd.grad(z_hat, z_l, g, allow_unused=True, retain_graph=True)
+            return torch.zeros_like(z) if grad is None else grad
+
+        return z_hat.detach(), vjp
+
+    return stats_map
+
+
+#: rows at least this long take their variance from ATen's batch-norm reduction (no temporary the
+#: size of the input); shorter rows from a plain two-pass (fewer calls, and the temporary is small).
+_FUSED_MOMENTS_MIN = 64
+
+
+def _instance_moments(flat: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and biased variance over the last dim of ``flat`` ``(1, R, N)``, each ``(R,)``.
+
+    The two-pass algorithm (``m = sum(x) / N``, then ``sum((x - m)^2) / N``), several times faster
+    on CPU than ``torch.var_mean`` over the last dim. For long rows the second pass is
+    ``native_batch_norm_backward`` with ``grad = x`` and mean ``m``, which returns
+    ``sum(x * (x - m)) = sum((x - m)^2)`` (as ``sum(x - m) = 0``) without a temporary.
+    """
+    n = flat.shape[-1]
+    mean = flat.sum(-1).view(-1).div_(n)
+    if n < _FUSED_MOMENTS_MIN:
+        dev = flat.view(-1, n) - mean.unsqueeze(1)
+        return mean, torch.linalg.vecdot(dev, dev).div_(n)
+    _, sq, _ = torch.ops.aten.native_batch_norm_backward(
+        flat, flat, None, None, None, mean, torch.ones_like(mean), True, 0.0, [False, True, False])
+    return mean, sq.div_(n).clamp_min_(0.0)
 
 
 class _Restyle(torch.autograd.Function):
-    """``y = sigma_hat * (x - mu) / sigma + mu_hat`` with ATen's fused batch-norm kernels.
+    """``y = sigma_hat * (x - mu) / sigma + mu_hat`` with ATen's per-channel batch-norm kernels.
 
-    ``x`` is viewed as ``(1, B * C, N)``, so batch normalisation of that view is instance
-    normalisation: ``native_batch_norm`` gives ``(x - mu) / sigma`` and the statistics in one
-    kernel, re-styled in place; the backward pass takes both reductions (``sum g (x - mu) / sigma``,
-    ``sum g``) from ``native_batch_norm_backward`` and builds ``dx`` with two fused multiply-adds,
-    ``dx = g * a + x * k1 + k0``. The small ``(B, C)`` graph from ``(mu, sigma)`` to
-    ``y = x * a + b`` (which couples the samples through the batch variances) is differentiated by
-    autograd, so gradients are exact and nothing is detached. Double backward is not supported.
-    An unbiased spatial variance (``N - 1``) is the biased one with ``eps * (N - 1) / N``, rescaled.
+    ``x`` is viewed as ``(1, B * C, N)``, so each sample's channel is one batch-norm "channel".
+    Forward: the statistics (:func:`_instance_moments`), the :data:`StatsMap`, then one pass of
+    evaluation-mode batch norm with mean ``mu``, variance 1, weight ``a = sigma_hat / sigma`` and
+    bias ``mu_hat`` (ATen's vectorised per-channel affine kernel; a broadcasting ``addcmul``
+    falls back to a scalar loop). Backward: one reduction pass (``sum g``, ``sum g (x - mu)`` from
+    ``native_batch_norm_backward``), the map's vector-Jacobian product (which couples the samples
+    through the batch variances; nothing is detached, gradients are exact), then
+    ``dx = g * a + k1 (x - mu) + k0`` in two vectorised passes. Double backward is not supported.
+    An unbiased spatial variance (``N - 1``) is the biased one times ``N / (N - 1)``.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, fn: StatsMap, eps: float, unbiased: bool):  # type: ignore[override]
         b_, c_ = x.shape[:2]
         n = x[0, 0].numel()
-        ratio = (n - 1) / n if unbiased and n > 1 else 1.0  # denominator / N
+        denom = n - 1 if unbiased and n > 1 else n
         flat = x.reshape(1, b_ * c_, n)
-        xhat, mean, invstd = torch.native_batch_norm(flat, None, None, None, None, True, 0.0, eps * ratio)
-        mu = mean.view(b_, c_)
-        sigma = invstd.reciprocal().view(b_, c_) / ratio**0.5  # sqrt(var_N * N / denom + eps)
-        with torch.enable_grad():
-            mu_l = mu.detach().requires_grad_()
-            sigma_l = sigma.detach().requires_grad_()
-            mu_hat, sigma_hat = fn(mu_l, sigma_l)
-            a = sigma_hat / sigma_l
-            b = mu_hat - mu_l * a
-        scale = (sigma_hat.detach() * ratio**0.5).reshape(1, -1, 1)
-        y = torch.addcmul(mu_hat.detach().reshape(1, -1, 1), xhat, scale, out=xhat)  # in place: one pass
-        ctx.save_for_backward(x, mean, invstd)
-        ctx.graph = (mu_l, sigma_l, a, b)
-        ctx.n, ctx.ratio, ctx.eps = n, ratio, eps
-        ctx.mark_non_differentiable(mu, sigma)
-        return y.view_as(x), mu, sigma
+        mean, var = _instance_moments(flat)
+        if denom != n:
+            var.mul_(n / denom)
+        z = torch.stack((mean, var.add_(eps).sqrt_())).view(2, b_, c_)  # (mu, sigma), Eq. 2
+        z_hat, vjp = fn(z)
+        a = z_hat[1] / z[1]
+        ones = torch.ones_like(mean)
+        y = torch.batch_norm(flat, a.view(-1), z_hat[0].reshape(-1), mean, ones, False, 0.0, 0.0, False)
+        ctx.save_for_backward(x, mean)
+        ctx.stats, ctx.vjp, ctx.n, ctx.denom = (z, a, ones), vjp, n, denom
+        ctx.mark_non_differentiable(z)
+        return y.view_as(x), z
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, gy: Tensor, _gmu: Tensor, _gsigma: Tensor):  # type: ignore[override]
-        x, mean, invstd = ctx.saved_tensors
-        mu_l, sigma_l, a, b = ctx.graph
-        shape = (*a.shape, *([1] * (x.dim() - 2)))
+    def backward(ctx, gy: Tensor, _gz: Tensor):  # type: ignore[override]
+        x, mean = ctx.saved_tensors
+        z, a, ones = ctx.stats
         flat_g, flat_x = gy.reshape(1, -1, ctx.n), x.reshape(1, -1, ctx.n)
-        _, g_xhat, g_sum = torch.ops.aten.native_batch_norm_backward(
-            flat_g, flat_x, None, None, None, mean, invstd, True, ctx.eps * ctx.ratio, [False, True, True])
-        ga = (g_xhat / invstd + mean * g_sum).view_as(a)  # sum over positions of gy * x
-        gb = g_sum.view_as(b)
-        gmu, gsigma = torch.autograd.grad((a, b), (mu_l, sigma_l), (ga, gb), allow_unused=True,
-                                          retain_graph=True)  # small (B, C) graph; backward may rerun
-        gmu = torch.zeros_like(mu_l) if gmu is None else gmu
-        gsigma = torch.zeros_like(sigma_l) if gsigma is None else gsigma
-        mu, sigma = mu_l.detach(), sigma_l.detach()
-        k1 = gsigma / (ctx.n * ctx.ratio * sigma)  # d sigma / d x = (x - mu) / (denom * sigma)
-        k0 = gmu / ctx.n - k1 * mu  # d mu / d x = 1 / n
-        gx = torch.addcmul(k0.view(shape), x, k1.view(shape))
-        gx.addcmul_(gy, a.detach().view(shape))
-        return gx, None, None, None
+        _, g_centred, g_sum = torch.ops.aten.native_batch_norm_backward(
+            flat_g, flat_x, None, None, None, mean, ones, True, 0.0, [False, True, True])
+        g_hat = torch.stack((g_sum, g_centred)).view_as(z)
+        g_hat[1].div_(z[1])  # dL/dmu_hat = sum g, dL/dsigma_hat = sum g (x - mu) / sigma
+        g_z = ctx.vjp(g_hat).addcmul_(g_hat, a, value=-1)  # y's own dependence: -a, -a (x - mu) / sigma
+        k1 = g_z[1].div_(z[1]).div_(ctx.denom)  # d sigma / d x = (x - mu) / (denom * sigma)
+        gx = torch.batch_norm(flat_x, k1.view(-1), g_z[0].reshape(-1).div_(ctx.n), mean, ones,
+                              False, 0.0, 0.0, False)  # d mu / d x = 1 / n
+        gx.addcmul_(flat_g, a.view(1, -1, 1))
+        return gx.view_as(x), None, None, None
 
 
 def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Replace each sample's channel statistics by ``fn(mu, sigma)`` (FedFA Eq. 8; VFDA Eq. 6).
 
-    Computes ``mu, sigma`` (Eq. 2) once, calls ``fn`` on them (inside autograd, so ``fn`` may
-    couple the samples, e.g. through batch variances), and returns
-    ``sigma_hat * (x - mu) / sigma + mu_hat`` with exact gradients w.r.t. ``x``.
+    Computes ``mu, sigma`` (Eq. 2) once, calls ``fn`` on them (stacked), and returns
+    ``sigma_hat * (x - mu) / sigma + mu_hat`` with exact gradients w.r.t. ``x`` (through ``fn``'s
+    vector-Jacobian product, so ``fn`` may couple the samples, e.g. through batch variances).
 
     Args:
         x: features ``(B, C, *spatial)``, not modified in place.
-        fn: ``(mu, sigma) -> (mu_hat, sigma_hat)``, all ``(B, C)``; tensors it closes over get no
-            gradient.
+        fn: a :data:`StatsMap` on ``(mu, sigma)`` stacked ``(2, B, C)``: :class:`StatNoise`, or
+            any differentiable map wrapped by :func:`autograd_map`.
         eps: added to the spatial variance before the square root.
         unbiased: spatial variance over ``N - 1`` positions (public code) instead of ``N``.
 
@@ -215,7 +276,8 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
         ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached (for running statistics).
     """
     _check_features(x)
-    return _Restyle.apply(x, fn, eps, unbiased)
+    y, z = _Restyle.apply(x, fn, eps, unbiased)
+    return y, z[0], z[1]
 
 
 def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise_mu: Tensor,
@@ -231,7 +293,5 @@ def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise
     Returns:
         Same shape and dtype as ``x``; differentiable w.r.t. ``x`` (re-parameterised, Eq. 9).
     """
-    def fn(mu: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
-        return sample_stats(mu, sigma, safe_sqrt(var_mu), safe_sqrt(var_sigma), noise_mu, noise_sigma)
-
-    return restyle(x, fn, eps=eps)[0]
+    scale = torch.stack((var_mu, var_sigma)).clamp_min(0.0).sqrt()
+    return restyle(x, StatNoise(torch.stack((noise_mu, noise_sigma)), scale=scale), eps=eps)[0]
