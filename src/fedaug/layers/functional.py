@@ -146,21 +146,23 @@ class StatNoise:
         """``z`` ``(2, B, C)`` -> ``(z_hat, vjp)``."""
         if self.scale is not None:
             return torch.addcmul(z, self.noise, self.scale.unsqueeze(1)), _identity_vjp
-        correction = self.correction if z.shape[1] > 1 else 0
-        self.variance = torch.var(z, dim=1, correction=correction)
+        denom = max(z.shape[1] - self.correction, 1)
+        dev = z - z.mean(1, keepdim=True)
+        self.variance = torch.linalg.vecdot(dev, dev, dim=1).div_(denom)  # torch.var is slow on CPU
         if self.extra:
             self.variance.add_(self.extra)
         self.fused = self.mult * self.variance  # >= 0
-        s = self.fused.sqrt() if self.noise_scale == "std" else self.fused
-        return torch.addcmul(z, self.noise, s.unsqueeze(1)), lambda g: self._vjp(z, s, g)
-
-    def _vjp(self, z: Tensor, s: Tensor, g: Tensor) -> Tensor:
         if self.noise_scale == "std":
-            ds_dv = (0.5 * self.mult / s).nan_to_num_(0.0, 0.0, 0.0)  # 0 where s = 0: no NaN
+            s = self.fused.sqrt()
+            coef = (self.mult / (s * denom)).nan_to_num_(0.0, 0.0, 0.0)  # 2 ds/dv / denom; 0 where s = 0
         else:
-            ds_dv = self.mult
-        coef = (g * self.noise).sum(1).mul_(ds_dv).mul_(2.0 / max(z.shape[1] - self.correction, 1))
-        return torch.addcmul(g, z - z.mean(1, keepdim=True), coef.unsqueeze(1))
+            s, coef = self.fused, self.mult * (2.0 / denom)
+        noise = self.noise
+
+        def vjp(g: Tensor) -> Tensor:
+            return torch.addcmul(g, dev, torch.linalg.vecdot(g, noise, dim=1).mul_(coef).unsqueeze(1))
+
+        return torch.addcmul(z, noise, s.unsqueeze(1)), vjp
 
 
 def autograd_map(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> StatsMap:
@@ -224,7 +226,7 @@ class _Restyle(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, fn: StatsMap, eps: float, unbiased: bool):  # type: ignore[override]
         b_, c_ = x.shape[:2]
-        n = x[0, 0].numel()
+        n = x.numel() // (b_ * c_)
         denom = n - 1 if unbiased and n > 1 else n
         flat = x.reshape(1, b_ * c_, n)
         mean, var = _instance_moments(flat)
