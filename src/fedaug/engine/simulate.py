@@ -20,6 +20,7 @@ from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.core.payload import Message, message_nbytes, state_nbytes, validate_part
 from fedaug.core.rng import scoped_global_seed
+from fedaug.core.runtime import retain_freed_memory
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.after_aggregate import queriers, query_clients
@@ -214,6 +215,7 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None) -> Si
     """Validate the method, load the data and build a :class:`Simulation` (no files written)."""
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     torch.set_num_threads(cfg.threads)
+    retain_freed_memory()
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     return Simulation(cfg, data, recipe, execution_order)
 
