@@ -41,6 +41,15 @@ class RunDir:
                 path, k = base.with_name(f"{base.name}-{k}"), k + 1
 
     @classmethod
+    def start(cls, cfg: RunConfig, out_dir: str | os.PathLike[str] | None = None) -> "RunDir":
+        """A new run directory for ``cfg`` under ``out_dir`` (default ``cfg.out_dir``), holding its
+        resolved config."""
+        run = cls.create(out_dir if out_dir is not None else cfg.out_dir,
+                         cfg.name or f"{cfg.data.name}-{cfg.method.base}")
+        run.write_config(cfg)
+        return run
+
+    @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "RunDir":
         """An existing run directory; it must hold a ``config.toml``."""
         run = cls(path)

@@ -1,0 +1,260 @@
+"""fedaug's server side of a run, whatever carries the messages: the one round loop.
+
+Per round the server samples logical client ids with its own seeded generator, builds each sampled
+client's downlink (a fresh message per client, built when the fleet needs it), validates and counts
+what comes back, aggregates every component's part over the accepted clients sorted by client id,
+runs the post-aggregation query when a component asks for it, and records the round. The clients
+are reached through a :class:`~fedaug.engine.fleet.Fleet`: the in-process engine
+(:mod:`fedaug.engine.simulate`) and the Flower adapter (:mod:`fedaug.engine.flower`) both run this
+code, so the same config and seed give the same numbers on either (DESIGN.md invariant 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from fedaug.config.schema import RunConfig
+from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
+from fedaug.core.payload import Message, message_nbytes, validate_part
+from fedaug.data.base import FederatedData
+from fedaug.engine.after_aggregate import query_phase, queriers
+from fedaug.engine.evaluate import summarize_eval
+from fedaug.engine.fleet import Dropped, Fleet
+from fedaug.engine.progress import Progress
+from fedaug.engine.records import RunDir
+from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
+from fedaug.methods.component import State, Uplink
+from fedaug.methods.recipe import Recipe
+from fedaug.metrics.tasks import Meter, make_task
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Federation:
+    """What the server knows of the clients: their names, split sizes and data shape (never the data).
+
+    Args:
+        names: each client's name, by client id.
+        num_train: each client's number of training samples (its aggregation weight).
+        num_val: each client's number of validation samples.
+        task: ``"classification"`` or ``"segmentation"``.
+        num_classes: number of classes.
+        input_shape: ``(C, *spatial)`` of one sample.
+        info: provenance of the data.
+    """
+
+    names: list[str]
+    num_train: list[int]
+    num_val: list[int]
+    task: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: FederatedData) -> "Federation":
+        """The server's view of a dataset held in this process."""
+        return cls([c.name for c in data.clients], [len(c.train) for c in data.clients],
+                   [len(c.val) for c in data.clients], data.task, data.num_classes, data.input_shape, data.info)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.names)
+
+    def check(self, cfg: RunConfig) -> None:
+        """Fail early when the config cannot run on these clients.
+
+        Raises:
+            ConfigError: a client without training samples, ``eval.best_by = "val"`` with no
+                validation split anywhere, or a participation that samples no client.
+        """
+        for k, (name, n) in enumerate(zip(self.names, self.num_train)):
+            if n == 0:
+                raise ConfigError(f"client {k} ('{name}') has no training samples; change the partition")
+        if cfg.eval.best_by == "val" and not any(self.num_val):
+            raise ConfigError("eval.best_by='val' but no client has a validation split; set eval.best_by=test")
+        clients_per_round(self.num_clients, cfg.train.participation)
+
+
+class Server:
+    """Runs a configured experiment round by round, reaching the clients through ``fleet``.
+
+    Args:
+        cfg: the validated run configuration.
+        recipe: the method (its server-side hooks run here).
+        model: a freshly built model (:func:`~fedaug.engine.worker.build_worker_model`) for the
+            initial server state.
+        federation: the clients as the server knows them.
+        fleet: reaches the clients.
+    """
+
+    def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, federation: Federation,
+                 fleet: Fleet) -> None:
+        federation.check(cfg)
+        self.cfg, self.recipe, self.model, self.federation, self.fleet = cfg, recipe, model, federation, fleet
+        self.task = make_task(federation.task, federation.num_classes)
+        for c in recipe.components:
+            c.setup_server(federation.num_clients)
+        self.server: dict[str, State] = {c.name: c.init_server(model) for c in recipe.components}
+        self.round = 0
+        self.best: dict[str, Any] | None = None
+        self.last_eval: dict[str, Any] | None = None
+        self.comm_total = {"down": 0, "up": 0}
+
+    # --- one round ----------------------------------------------------------------------------
+    def run_round(self, r: int) -> dict[str, Any]:
+        """Sample, have the fleet train the sampled clients, validate uplinks, aggregate; return the
+        round record. Clients that err or time out are recorded under ``dropped``; the round goes on
+        while at least ``train.min_clients`` uploads are valid."""
+        cfg, components = self.cfg, self.recipe.components
+        t0 = time.perf_counter()
+        lr = learning_rate(cfg.train, r)
+        sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
+        down = {c.name: 0 for c in components}
+        up = dict(down)
+
+        def downlink(cid: int) -> Message:
+            message = {c.name: c.downlink(self.server[c.name], cid) for c in components}
+            for name, nbytes in message_nbytes(message).items():
+                down[name] += nbytes
+            return message
+
+        uplinks: dict[int, Message] = {}
+        rejected: list[dict[str, Any]] = []
+        dropped: list[dict[str, Any]] = []
+        train_metrics: dict[int, dict[str, float]] = {}
+        for cid, result in self.fleet.train(r, lr, sampled, downlink):
+            if isinstance(result, Dropped):
+                dropped.append(result.record(cid, "train"))
+                continue
+            for name, nbytes in message_nbytes(result.uplink).items():
+                up[name] += nbytes
+            try:
+                for c in components:
+                    validate_part(result.uplink.get(c.name), c.uplink_spec(self.server[c.name]),
+                                  f"uplink of client {cid}, part '{c.name}'")
+            except PayloadError as exc:
+                rejected.append({"client": cid, "reason": str(exc)})
+                continue
+            uplinks[cid] = result.uplink
+            train_metrics[cid] = result.metrics
+        if len(uplinks) < cfg.train.min_clients:
+            reasons = "; ".join([f"client {x['client']}: {x['reason']}" for x in rejected]
+                                + [f"client {x['client']} dropped ({x['reason']}: {x['detail']})" for x in dropped])
+            raise FedaugError(
+                f"round {r}: only {len(uplinks)} of {len(sampled)} uploads passed validation, "
+                f"fewer than train.min_clients={cfg.train.min_clients} ({reasons})"
+            )
+        order = sorted(uplinks)  # aggregation order is fixed, whatever order the answers came in
+        num_train = self.federation.num_train
+        for c in components:
+            self.server[c.name] = c.aggregate(self.server[c.name],
+                                              [Uplink(cid, num_train[cid], uplinks[cid][c.name]) for cid in order])
+        query = None
+        if queriers(self.recipe):  # e.g. FLea: the round's clients upload features of the new model
+            query = query_phase(self.recipe, self.server, self.fleet, r, order, num_train)
+            for name, nbytes in query.down.items():
+                down[name] += nbytes
+            for name, nbytes in query.up.items():
+                up[name] += nbytes
+            rejected += query.rejected
+            dropped += query.dropped
+        self.round = r
+        self.comm_total = {"down": self.comm_total["down"] + sum(down.values()),
+                           "up": self.comm_total["up"] + sum(up.values())}
+        losses = [train_metrics[cid]["loss"] for cid in order]
+        states = self.fleet.state_bytes()
+        return {
+            "round": r, "lr": lr, "sampled": sampled, "rejected": rejected, "dropped": dropped,
+            "train": {"loss": sum(losses) / len(losses), "clients": {str(cid): train_metrics[cid] for cid in order}},
+            "comm": {"down": down, "up": up, "down_total": sum(down.values()), "up_total": sum(up.values())},
+            "client_state": {"bytes": {str(cid): states[cid] for cid in order if cid in states},
+                             "total_bytes": sum(states.values())},
+            "time": {"train_s": time.perf_counter() - t0},
+            **({"after_aggregate": {"down": query.down, "up": query.up}} if query is not None else {}),
+        }
+
+    def evaluate(self) -> dict[str, Any]:
+        """Evaluate the current global model on every client (see :func:`summarize_eval`); clients
+        that drop out of the evaluation are listed under ``dropped``."""
+        meters: dict[int, Mapping[str, Meter]] = {}
+        dropped = []
+        for cid, answer in self.fleet.evaluate(self.round, self.server):
+            if isinstance(answer, Dropped):
+                dropped.append(answer.record(cid, "evaluate"))
+            else:
+                meters[cid] = answer
+        ev = summarize_eval(self.task, self.federation.names, meters)
+        return {**ev, "dropped": sorted(dropped, key=lambda d: d["client"])} if dropped else ev
+
+    def _track_best(self, r: int, ev: dict[str, Any]) -> None:
+        key = f"{self.cfg.eval.best_by}_{self.task.metric}"
+        score = ev["mean"][key]
+        if self.best is None or score > self.best["score"]:
+            self.best = {"round": r, "by": self.cfg.eval.best_by, "score": score, "eval": ev}
+        self.last_eval = {"round": r, "eval": ev}
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: plain dicts of tensors and scalars."""
+        return {"format": CHECKPOINT_FORMAT, "round": self.round, "config": self.cfg.to_dict(),
+                "server": self.server, "clients": self.fleet.checkpoint(),
+                "best": self.best, "last_eval": self.last_eval, "comm_total": self.comm_total}
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint`'s output (the config must be the same)."""
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        if payload["config"] != self.cfg.to_dict():
+            raise CheckpointError("the checkpoint was written by a different config; resume with the run's own config.toml")
+        self.round, self.server = payload["round"], payload["server"]
+        self.fleet.restore(payload["clients"])
+        self.best, self.last_eval = payload["best"], payload["last_eval"]
+        self.comm_total = payload["comm_total"]
+
+    # --- the whole run ------------------------------------------------------------------------
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """Run the remaining rounds; write records to ``run_dir`` if given; return the summary."""
+        cfg = self.cfg
+        total = cfg.train.rounds
+        for r in range(self.round + 1, total + 1):
+            record = self.run_round(r)
+            if r % cfg.eval.every == 0 or r == total:
+                t0 = time.perf_counter()
+                record["eval"] = self.evaluate()
+                record["time"]["eval_s"] = time.perf_counter() - t0
+                self._track_best(r, record["eval"])
+            if run_dir is not None:
+                run_dir.append_round(record)
+                if r % cfg.checkpoint_every == 0 or r == total:
+                    run_dir.save_checkpoint(r, self.checkpoint(), cfg.keep_checkpoints)
+            if progress is not None:
+                progress.update(r, self._progress_metric(record))
+        summary = self.summary(run_dir.path if run_dir is not None else None)
+        if run_dir is not None:
+            run_dir.write_summary(summary)
+        return summary
+
+    def _progress_metric(self, record: dict[str, Any]) -> str:
+        text = f"train loss {record['train']['loss']:.4f}"
+        if "eval" in record:
+            m = self.task.metric
+            text += f"  mean test {m} {record['eval']['mean'][f'test_{m}']:.4f}"
+        return text
+
+    def summary(self, run_dir: Path | None) -> dict[str, Any]:
+        """Final and best evaluation, communication totals (bytes) and the run directory."""
+        return {
+            "name": self.cfg.name, "rounds": self.round, "metric": self.task.metric,
+            "clients": list(self.federation.names),
+            "final": self.last_eval, "best": self.best, "comm_total": self.comm_total,
+            "run_dir": str(run_dir) if run_dir is not None else None,
+            "data_info": self.federation.info,
+        }
