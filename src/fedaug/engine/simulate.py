@@ -18,6 +18,7 @@ import torch
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
 from fedaug.core.payload import Message, Part, state_nbytes
+from fedaug.core.runtime import retain_freed_memory
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.local import ClientResult
@@ -108,6 +109,7 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None) -> Si
     """Validate the method, load the data and build a :class:`Simulation` (no files written)."""
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     torch.set_num_threads(cfg.threads)
+    retain_freed_memory()
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     return Simulation(cfg, data, recipe, execution_order)
 
