@@ -10,12 +10,13 @@ from fedaug.config.schema import describe
 from fedaug.data.registry import DATASETS
 from fedaug.methods.recipe import METHODS
 from fedaug.models.registry import MODELS
+from fedaug.report.grid import GRIDS
 
-KINDS = ("methods", "datasets", "models", "presets", "keys")
+KINDS = ("methods", "datasets", "models", "presets", "grids", "keys")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("list", help="list methods, datasets, models, presets or config keys",
+    p = sub.add_parser("list", help="list methods, datasets, models, presets, comparison grids or config keys",
                        description="List what fedaug provides, one line each.")
     p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: all but keys)")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -32,6 +33,8 @@ def rows(kind: str) -> list[tuple[str, str]]:
         return [(n, MODELS.help(n)) for n in MODELS]
     if kind == "presets":
         return sorted(PRESETS.items())
+    if kind == "grids":
+        return sorted(GRIDS.items())
     if kind == "keys":
         return [(k, f"{h} (default {d!r})") for k, d, h in describe()]
     raise ValueError(f"unknown kind '{kind}'; choose from {', '.join(KINDS)}")

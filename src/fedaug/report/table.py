@@ -1,8 +1,17 @@
-"""The per-client results table printed at the end of a run and written to ``report.md``."""
+"""Result tables: the per-client table of one run (printed at its end, written to ``report.md``)
+and the comparison tables of a grid (``fedaug compare``, ``fedaug report``)."""
 
 from __future__ import annotations
 
+import csv
+import io
+from pathlib import Path
 from typing import Any
+
+from fedaug.core.serialize import atomic_write_json, atomic_write_text
+from fedaug.report.document import Block, Heading, Paragraph, Table, to_markdown
+from fedaug.report.grid import DEFAULT_SETTING
+from fedaug.report.results import load_grid_results, summarize
 
 
 def _pct(x: float | None) -> str:
@@ -28,3 +37,130 @@ def results_table(summary: dict[str, Any]) -> str:
     lines.append(f"| pooled test set | {_pct(fe['pooled'][f'test_{m}'])} | {_pct(be['pooled'][f'test_{m}'])} "
                  f"| {fe['pooled']['n']} |")
     return "\n".join(lines)
+
+
+def _pm(stat: dict[str, Any] | None) -> str:
+    """``{"mean": 0.6544, "std": 0.0239}`` -> ``"65.44 ± 2.39"`` (percent)."""
+    return "-" if stat is None else f"{100 * stat['mean']:.2f} ± {100 * stat['std']:.2f}"
+
+
+def _diff(test: dict[str, Any] | None) -> str:
+    if test is None:
+        return "baseline"
+    return "-" if test["diff"] is None else f"{100 * test['diff']:+.2f}"
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.3f}"
+
+
+def about_blocks(meta: dict[str, Any], missing: list[str]) -> list[Block]:
+    """What a grid is (description, kind, what it reproduces, seeds, baseline) and which cells are missing."""
+    lines = []
+    if meta.get("description"):
+        lines.append(meta["description"])
+    if meta.get("kind"):
+        what = ("the paper's setting on the paper's datasets" if meta["kind"] == "paper"
+                else "a scaled stand-in on data that fedaug provides offline")
+        lines.append(f"Kind: {meta['kind']} ({what}).")
+    if meta.get("reproduces"):
+        lines.append(f"Reproduces: {meta['reproduces']}.")
+    if meta.get("notes"):
+        lines.append(meta["notes"])
+    lines.append(f"Seeds: {', '.join(map(str, meta['seeds']))}; baseline: {meta['baseline']}"
+                 + (f"; overrides: `{' '.join(meta['overrides'])}`" if meta.get("overrides") else "") + ".")
+    blocks: list[Block] = [Paragraph(line) for line in lines]
+    if missing:
+        blocks.append(Paragraph(f"Not included ({len(missing)} cells not finished): " + "; ".join(missing) + "."))
+    return blocks
+
+
+def setting_tables(s: dict[str, Any]) -> list[Block]:
+    """One setting of :func:`fedaug.report.results.summarize` as document blocks: the main table
+    (mean ± std over seeds of the final and best mean-over-clients test metric, the difference from
+    the baseline with the paired t-test's p-value, communication and time per run), then the
+    per-client tables (final, best)."""
+    m, base = s["metric"], s["baseline"]
+    rows = []
+    for method, c in s["methods"].items():
+        if c["n"] == 0:
+            rows.append([method, "0", *["not run"] * 8])
+            continue
+        vs = c.get("vs_baseline", {})
+        rows.append([method, str(c["n"]), _pm(c["final"]), _diff(vs.get("final")),
+                     vs["final"]["text"] if vs else "-", _pm(c["best"]), _diff(vs.get("best")),
+                     vs["best"]["text"] if vs else "-", _mb(c["comm_bytes"]["total"]), f"{c['seconds']:.1f}"])
+    blocks: list[Block] = [Table(["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "p (paired t, n)",
+                                  f"best test {m} (%)", f"Δ best vs {base}", "p (paired t, n)",
+                                  "comm up+down (MB/run)", "time (s/run)"], rows)]
+    for which in ("final", "best"):
+        crow = [[method, *[_pm(c[f"clients_{which}"].get(k)) for k in s["clients"]], _pm(c[which])]
+                for method, c in s["methods"].items() if c["n"] > 0]
+        blocks.append(Paragraph(f"Per client, test {m} (%) at the {which} round, mean ± std over seeds:"))
+        blocks.append(Table(["method", *s["clients"], "mean over clients"], crow))
+    return blocks
+
+
+def comparison_tables(summary: dict[str, Any]) -> list[Block]:
+    """Every setting's :func:`setting_tables`, under a heading when the grid has named settings."""
+    blocks: list[Block] = []
+    settings = summary["settings"]
+    for setting, s in settings.items():
+        if len(settings) > 1 or setting != DEFAULT_SETTING:
+            blocks.append(Heading(3, f"Setting: {setting}"))
+        blocks += setting_tables(s)
+    return blocks
+
+
+#: what the comparison table's columns mean (shown under it in Markdown and HTML)
+COLUMNS_NOTE = (
+    "final: the last evaluated round; best: the round with the highest mean-over-clients metric on the "
+    "split in `eval.best_by` (its test value is shown). Values are the unweighted mean over clients, "
+    "then mean ± sample std over seeds. Δ: mean of the per-seed differences from the baseline (points); "
+    "p: two-sided paired t-test over the seeds both ran (n/a below 2 pairs). comm: bytes sent down and "
+    "up over all rounds (records' `comm`), mean per run; time: training + evaluation seconds per run."
+)
+
+
+def comparison_csv(summary: dict[str, Any]) -> str:
+    """One CSV row per (setting, method): n, mean and std of final and best (fractions, not %),
+    the differences and p-values against the baseline, bytes, seconds, and per-client means."""
+    clients = list(dict.fromkeys(k for s in summary["settings"].values() for k in s["clients"]))
+    head = ["setting", "method", "metric", "n", "seeds", "final_mean", "final_std", "best_mean", "best_std",
+            "final_diff", "final_p", "best_diff", "best_p", "pairs", "comm_down_bytes", "comm_up_bytes",
+            "comm_total_bytes", "seconds", *[f"final_{k}" for k in clients], *[f"best_{k}" for k in clients]]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(head)
+    for setting, s in summary["settings"].items():
+        for method, c in s["methods"].items():
+            if c["n"] == 0:
+                writer.writerow([setting, method, s["metric"], 0] + [""] * (len(head) - 4))
+                continue
+            vs = c.get("vs_baseline", {})
+            f, b = vs.get("final", {}), vs.get("best", {})
+            writer.writerow([
+                setting, method, s["metric"], c["n"], " ".join(map(str, c["seeds"])),
+                c["final"]["mean"], c["final"]["std"], c["best"]["mean"], c["best"]["std"],
+                f.get("diff", ""), f.get("p", ""), b.get("diff", ""), b.get("p", ""), f.get("n", ""),
+                c["comm_bytes"]["down"], c["comm_bytes"]["up"], c["comm_bytes"]["total"], c["seconds"],
+                *[c["clients_final"][k]["mean"] if k in c["clients_final"] else "" for k in clients],
+                *[c["clients_best"][k]["mean"] if k in c["clients_best"] else "" for k in clients]])
+    return buf.getvalue()
+
+
+def write_tables(out: Path) -> dict[str, Path]:
+    """Write ``table.md``, ``table.csv`` and ``table.json`` for the grid in ``out`` (its finished cells).
+
+    Returns:
+        The written files by kind (``markdown``, ``csv``, ``json``).
+    """
+    summary = summarize(load_grid_results(out))
+    meta = summary["grid"]
+    blocks = [Heading(1, f"fedaug compare: {meta['name']}"), *about_blocks(meta, summary["missing"]),
+              *comparison_tables(summary), Paragraph(COLUMNS_NOTE)]
+    files = {"markdown": out / "table.md", "csv": out / "table.csv", "json": out / "table.json"}
+    atomic_write_text(files["markdown"], to_markdown(blocks))
+    atomic_write_text(files["csv"], comparison_csv(summary))
+    atomic_write_json(files["json"], summary)
+    return files

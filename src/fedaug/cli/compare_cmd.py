@@ -1,0 +1,84 @@
+"""``fedaug compare GRID | --method LABEL [key=value ...] ...``: run a grid of methods x settings x
+seeds (resumable, optionally in parallel) and write one comparison table (docs/compare_and_report.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.report.grid import GridSpec, grid_from_args, load_grid
+from fedaug.report.runner import CellOutcome, run_grid, write_grid_file
+from fedaug.report.table import write_tables
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "compare", help="run a grid of methods x settings x seeds and tabulate mean ± std",
+        description="Run every (setting, method, seed) cell of a grid that is not finished yet (finished "
+                    "cells are kept, interrupted ones resumed), then write table.md, table.csv and "
+                    "table.json: mean ± std over seeds, per client and the mean over clients, the paired "
+                    "t-test against the baseline, and communication per method.",
+        epilog="Examples: fedaug compare fedfa_table5_digits4 --jobs 2;  fedaug compare --base digits4 "
+               "--method FedAvg --method FedFA method.augs=[fedfa] --seeds 0 1 2 --set train.rounds=5")
+    p.add_argument("grid", nargs="?", help="a grid file (TOML) or a shipped grid (fedaug list grids)")
+    p.add_argument("--base", help="without a grid file: the preset or config file every cell starts from")
+    p.add_argument("--method", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
+                   help="without a grid file: a method's label and its overrides (repeat for each method)")
+    p.add_argument("--setting", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
+                   help="without a grid file: a setting's label and its overrides (repeatable)")
+    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the grid's, or 0)")
+    p.add_argument("--set", nargs="+", dest="set_overrides", default=[], metavar="KEY=VALUE",
+                   help="overrides applied to every cell, last (e.g. train.rounds=5)")
+    p.add_argument("--baseline", help="the method each one is compared with (default: the grid's, or the first)")
+    p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default 1; at most the cores)")
+    p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
+    p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell on stderr")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="print the Markdown table (default) or the summary as JSON")
+    p.set_defaults(func=main)
+
+
+def spec_from_args(args: argparse.Namespace) -> GridSpec:
+    """The grid named by ``args``: a grid file, or ``--base``/``--method``/``--setting``."""
+    if args.grid is not None:
+        given = [f"--{k}" for k in ("base", "method", "setting") if getattr(args, k)]
+        if given:
+            raise ConfigError(f"give a grid file or {'/'.join(given)} on the command line, not both "
+                              "(put the methods and settings into the grid file)")
+        return load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides)
+    if not args.method:
+        raise ConfigError("give a grid file (fedaug list grids) or at least one --method LABEL [key=value ...]")
+    return grid_from_args(args.base, args.method, args.setting or [], args.seeds or [0], baseline=args.baseline,
+                          overrides=args.set_overrides)
+
+
+def _progress(k: int, total: int, o: CellOutcome) -> None:
+    where = f" -> {o.run_dir}" if o.run_dir else ""
+    took = f" in {o.seconds:.1f} s" if o.status in ("ran", "resumed") else ""
+    print(f"[{k}/{total}] {o.cell.label}: {o.status}{took}{where}", file=sys.stderr, flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    out = Path(args.out or Path("runs") / "compare" / spec.name)
+    failure = None
+    if args.table_only:
+        write_grid_file(spec, out)
+    else:
+        try:
+            run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress)
+        except FedaugError as exc:  # tabulate what finished, then report the failure
+            failure = exc
+    files = write_tables(out)
+    if args.format == "json":
+        print(files["json"].read_text(), end="")
+    else:
+        print(files["markdown"].read_text(), end="")
+        print(f"\ntables: {', '.join(str(f) for f in files.values())}")
+    if failure is not None:
+        raise failure
+    return 0

@@ -1,0 +1,114 @@
+"""The report's figures as PNG bytes (matplotlib's object API with the Agg canvas: no pyplot, no
+global state, no display). Method ``k`` is drawn in colour ``C{k}`` (tab10) in every figure."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+DPI = 100
+
+
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]]:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        from fedaug.core.errors import DataError
+
+        raise DataError("reports need matplotlib; install it: pip install 'fedaug[data]'") from None
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    return fig, [fig.add_subplot(1, ncols, k + 1) for k in range(ncols)]
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def _colour(k: int) -> str:
+    return f"C{k % 10}"
+
+
+def curves_png(setting: dict[str, Any]) -> bytes:
+    """Learning curves: mean-over-clients test metric per evaluated round, mean over seeds, with a
+    band of ± one standard deviation (:func:`fedaug.report.results.summarize_cell`'s ``curve``)."""
+    fig, (ax,) = _figure(7.0, 3.6)
+    for k, (method, c) in enumerate(setting["methods"].items()):
+        if c["n"] == 0:
+            continue
+        x = np.asarray(c["curve"]["rounds"])
+        mean, std = 100 * np.asarray(c["curve"]["mean"]), 100 * np.asarray(c["curve"]["std"])
+        ax.plot(x, mean, color=_colour(k), label=f"{method} (n={c['n']})", linewidth=1.8)
+        ax.fill_between(x, mean - std, mean + std, color=_colour(k), alpha=0.2, linewidth=0)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"mean client test {setting['metric']} (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def client_bars_png(setting: dict[str, Any], which: str = "final") -> bytes:
+    """Grouped bars: each client's test metric (and the mean over clients) per method, mean over
+    seeds with ± std error bars."""
+    methods = [(k, m, c) for k, (m, c) in enumerate(setting["methods"].items()) if c["n"] > 0]
+    groups = [*setting["clients"], "mean"]
+    fig, (ax,) = _figure(max(7.0, 0.9 * len(groups) * max(len(methods), 1) / 2 + 2), 3.6)
+    width = 0.8 / max(len(methods), 1)
+    for j, (k, method, c) in enumerate(methods):
+        stats = [c[f"clients_{which}"].get(g) for g in setting["clients"]] + [c[which]]
+        means = [100 * s["mean"] if s else np.nan for s in stats]
+        stds = [100 * s["std"] if s else 0.0 for s in stats]
+        ax.bar(np.arange(len(groups)) + (j - (len(methods) - 1) / 2) * width, means, width, yerr=stds,
+               color=_colour(k), label=method, capsize=2)
+    ax.set_xticks(np.arange(len(groups)), groups, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"test {setting['metric']} at the {which} round (%)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def comm_png(setting: dict[str, Any]) -> bytes:
+    """Communication vs accuracy: bytes up + down per run (MB) against the final mean-over-clients
+    test metric (mean ± std over seeds), one labelled point per method."""
+    fig, (ax,) = _figure(7.0, 3.6)
+    totals = []
+    for k, (method, c) in enumerate(setting["methods"].items()):
+        if c["n"] == 0:
+            continue
+        mb = c["comm_bytes"]["total"] / 1e6
+        totals.append(mb)
+        ax.errorbar([mb], [100 * c["final"]["mean"]], yerr=[100 * c["final"]["std"]], fmt="o", color=_colour(k),
+                    capsize=3, label=method)
+        ax.annotate(method, (mb, 100 * c["final"]["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    if totals and min(totals) > 0 and max(totals) / min(totals) > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel("communication per run, up + down (MB)")
+    ax.set_ylabel(f"final mean client test {setting['metric']} (%)")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def features_png(panels: Sequence[dict[str, Any]]) -> bytes:
+    """One scatter per method of 2-D feature embeddings coloured by client.
+
+    Args:
+        panels: ``{"method", "coords" (N, 2) array, "clients" (N,) client names, "title"}`` each.
+    """
+    fig, axes = _figure(3.4 * len(panels) + 0.6, 3.6, ncols=len(panels))
+    for ax, panel in zip(axes, panels):
+        names = list(dict.fromkeys(panel["clients"]))
+        labels = np.asarray(panel["clients"])
+        for j, name in enumerate(names):
+            pts = panel["coords"][labels == name]
+            ax.scatter(pts[:, 0], pts[:, 1], s=6, alpha=0.7, color=f"C{(j + 3) % 10}", label=name)
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[-1].legend(fontsize=7, markerscale=2, loc="best")
+    return _png(fig)

@@ -1,0 +1,288 @@
+"""Comparison grids: methods x settings x seeds, from a grid file (TOML) or the command line.
+
+A grid file names a base config (a preset or a TOML file) and partial configs that are merged into
+it, deepest key last: ``base <- [common] <- [settings.S] <- [methods.M] <- --set overrides``, then
+the grid sets ``seed``, ``name``, ``out_dir`` and caps ``threads``::
+
+    # FedFA Table 5 stand-in on Digits-4         (first line: the one-line description)
+    description = "FedFA vs FedFA-C and FedFA-R"
+    kind = "stand-in"                # "paper": the paper's setting on its datasets; "stand-in": offline data
+    reproduces = "FedFA (ICLR 2023), Table 5"
+    base = "digits4"                 # preset or TOML file (relative to this file); default: schema defaults
+    seeds = [0, 1, 2]
+    baseline = "FedAvg"              # default: the first method
+    [common]                         # merged into every cell
+    train.rounds = 30
+    [settings."mnist held out"]      # optional; each setting runs every method x seed
+    data.options.held_out = "mnist"
+    [methods.FedAvg]                 # label = a partial config (may be empty), in table order
+    [methods.FedFA]
+    method.augs = ["fedfa"]
+
+Shipped grids live in ``fedaug/presets/grids`` (``fedaug list grids``).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fedaug.config.load import apply_overrides, parse_config, read_toml
+from fedaug.config.presets import PRESETS, preset_path
+from fedaug.config.schema import RunConfig
+from fedaug.core.errors import ConfigError, FedaugError, suggest
+from fedaug.data.registry import DATASETS, check_options
+from fedaug.methods.recipe import build_recipe
+from fedaug.models.registry import MODELS
+
+GRID_DIR = Path(str(resources.files("fedaug") / "presets" / "grids"))
+KINDS = ("paper", "stand-in")
+FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "common", "settings",
+             "methods")
+#: keys the grid itself sets in every cell
+RESERVED = ("seed", "name", "out_dir")
+DEFAULT_SETTING = "default"
+
+
+def _scan() -> dict[str, str]:
+    out = {}
+    for path in sorted(GRID_DIR.glob("*.toml")):
+        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
+        out[path.stem] = first.lstrip("# ").strip()
+    return out
+
+
+#: shipped grid name -> one-line description
+GRIDS: dict[str, str] = _scan()
+
+
+def slug(label: str) -> str:
+    """A directory name for a label: ``"FedFA (p=0.2)"`` -> ``"fedfa-p-0.2"``."""
+    return re.sub(r"[^a-z0-9.+]+", "-", label.lower()).strip("-") or "x"
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` merged in: tables recursively, every other value replaced.
+
+    >>> deep_merge({"train": {"lr": 0.1, "rounds": 5}}, {"train": {"rounds": 2}})
+    {'train': {'lr': 0.1, 'rounds': 2}}
+    """
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A comparison grid. Tables are partial configs (nested dicts), merged in the order
+    ``base <- common <- settings[s] <- methods[m] <- overrides``.
+
+    Attributes:
+        name: the grid's name (file stem, or given on the command line); names the output directory.
+        methods: label -> partial config, in table order (the first is the default baseline).
+        seeds: the seeds every (setting, method) runs with.
+        base: a preset name or a TOML path (resolved against ``root``); ``None``: schema defaults.
+        settings: label -> partial config; one unnamed setting ``"default"`` when not given.
+        baseline: the label each method is compared with.
+        overrides: ``key=value`` strings applied last (``--set``).
+        description, kind, reproduces, notes: what the grid is; ``kind`` is ``"paper"`` or ``"stand-in"``.
+        root: directory that a relative ``base`` path is resolved against.
+    """
+
+    name: str
+    methods: dict[str, dict[str, Any]]
+    seeds: list[int]
+    base: str | None = None
+    common: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, dict[str, Any]] = field(default_factory=lambda: {DEFAULT_SETTING: {}})
+    baseline: str = ""
+    overrides: list[str] = field(default_factory=list)
+    description: str = ""
+    kind: str = ""
+    reproduces: str = ""
+    notes: str = ""
+    root: Path = Path(".")
+
+    def base_raw(self) -> dict[str, Any]:
+        """The base config as a nested dict (a preset, a TOML file or ``{}``)."""
+        if self.base is None:
+            return {}
+        if self.base in PRESETS:
+            return read_toml(preset_path(self.base))
+        return read_toml(self.root / self.base)
+
+    def raw(self, setting: str, method: str, seed: int) -> dict[str, Any]:
+        """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set."""
+        merged = deep_merge(deep_merge(deep_merge(self.base_raw(), self.common), self.settings[setting]),
+                            self.methods[method])
+        merged = apply_overrides(merged, self.overrides)
+        merged["seed"] = seed
+        return merged
+
+    def meta(self) -> dict[str, Any]:
+        """What the tables and reports show about the grid (JSON-serialisable)."""
+        return {"name": self.name, "description": self.description, "kind": self.kind,
+                "reproduces": self.reproduces, "notes": self.notes, "base": self.base, "baseline": self.baseline,
+                "seeds": self.seeds, "settings": list(self.settings), "methods": list(self.methods),
+                "overrides": self.overrides}
+
+
+def _problems_of_table(where: str, table: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """Check a ``label -> partial config`` table; return it (empty when malformed)."""
+    if not isinstance(table, dict):
+        problems.append(f"'{where}' must be a table of tables ([{where}.LABEL]), got {table!r}")
+        return {}
+    for label, part in table.items():
+        if not isinstance(part, dict):
+            problems.append(f"'{where}.{label}' must be a table (a partial config), got {part!r}; "
+                            f"write [{where}.\"{label}\"] followed by key = value lines")
+            continue
+        for key in RESERVED:
+            if key in part:
+                problems.append(f"'{where}.{label}' sets '{key}', which the grid sets per cell; remove it "
+                                "(seeds: the grid's 'seeds'; output: --out)")
+    return {k: v for k, v in table.items() if isinstance(v, dict)}
+
+
+def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds: Sequence[int] | None = None,
+               baseline: str | None = None, overrides: Sequence[str] = ()) -> GridSpec:
+    """Build a :class:`GridSpec` from a grid file's contents and check every cell's config.
+
+    Args:
+        raw: the parsed TOML (see the module docstring for its keys).
+        name: the grid's name.
+        root: directory of the grid file (a relative ``base`` is resolved against it).
+        seeds, baseline, overrides: command-line values; ``seeds`` and ``baseline`` replace the file's.
+
+    Raises:
+        ConfigError: every problem found, one per line: unknown keys, a bad kind, seeds or
+            baseline, a malformed table, and each cell's config errors (unknown keys, method,
+            dataset, model or option names), naming the setting and method.
+    """
+    problems: list[str] = []
+    for key in raw:
+        if key not in FILE_KEYS:
+            problems.append(f"unknown grid key '{key}'{suggest(key, FILE_KEYS)}; valid keys: {', '.join(FILE_KEYS)}")
+    for key in ("description", "kind", "reproduces", "notes", "base", "baseline"):
+        if key in raw and not isinstance(raw[key], str):
+            problems.append(f"'{key}' must be a string, got {raw[key]!r}")
+    kind = raw.get("kind", "")
+    if kind and kind not in KINDS:
+        problems.append(f"'kind' must be one of {', '.join(KINDS)}, got {kind!r}{suggest(str(kind), KINDS)}")
+    seeds = list(raw.get("seeds", [0]) if seeds is None else seeds)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        problems.append(f"'seeds' must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+    if not raw.get("methods"):
+        problems.append("the grid has no methods; add at least one [methods.LABEL] table")
+    methods = _problems_of_table("methods", raw.get("methods") or {}, problems)
+    settings = _problems_of_table("settings", raw.get("settings", {DEFAULT_SETTING: {}}), problems) \
+        or {DEFAULT_SETTING: {}}
+    common = raw.get("common", {})
+    if not isinstance(common, dict):
+        problems.append(f"'common' must be a table (a partial config), got {common!r}")
+        common = {}
+    for key in RESERVED:
+        if key in common:
+            problems.append(f"'common' sets '{key}', which the grid sets per cell; remove it")
+    for where, table in (("methods", methods), ("settings", settings)):
+        by_dir: dict[str, str] = {}
+        for label in table:
+            if slug(label) in by_dir:
+                problems.append(f"{where} {by_dir[slug(label)]!r} and {label!r} map to the same directory "
+                                f"'{slug(label)}'; rename one")
+            by_dir.setdefault(slug(label), label)
+    base = raw.get("base") if isinstance(raw.get("base"), str) else None
+    if base is not None and base not in PRESETS and not (root / base).is_file():
+        problems.append(f"'base' = {base!r} is neither a preset nor a TOML file (relative to {root}); "
+                        f"presets: {', '.join(PRESETS)}{suggest(base, PRESETS)}")
+    baseline = baseline if baseline is not None else raw.get("baseline") or next(iter(methods), "")
+    if methods and baseline not in methods:
+        problems.append(f"baseline {baseline!r} is not a method of the grid; choose from {', '.join(methods)}"
+                        f"{suggest(str(baseline), methods)}")
+    if problems:
+        raise ConfigError(f"grid '{name}' is invalid:\n  " + "\n  ".join(problems))
+    spec = GridSpec(name=name, methods=methods, seeds=seeds, base=base, common=common, settings=settings,
+                    baseline=baseline, overrides=list(overrides), description=raw.get("description", ""),
+                    kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root)
+    check_cells(spec)
+    return spec
+
+
+def check_cell(cfg: RunConfig) -> None:
+    """Check what the schema does not: method, dataset and model names and option names (no data
+    is loaded, no model is built)."""
+    build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
+    check_options("dataset", cfg.data.name, DATASETS.get(cfg.data.name), cfg.data.options)
+    MODELS.get(cfg.model.name)
+
+
+def check_cells(spec: GridSpec) -> None:
+    """Validate the config of every (setting, method); raise one ConfigError listing each failure."""
+    problems = []
+    for setting in spec.settings:
+        for method in spec.methods:
+            where = f"method '{method}'" + (f" in setting '{setting}'" if setting != DEFAULT_SETTING else "")
+            try:
+                check_cell(parse_config(spec.raw(setting, method, spec.seeds[0])))
+            except FedaugError as exc:
+                problems.append(f"{where}: {str(exc).replace(chr(10), chr(10) + '    ')}")
+    if problems:
+        raise ConfigError(f"grid '{spec.name}' has invalid cells:\n  " + "\n  ".join(problems))
+
+
+def load_grid(source: str, *, seeds: Sequence[int] | None = None, baseline: str | None = None,
+              overrides: Sequence[str] = ()) -> GridSpec:
+    """Load a grid file, or a shipped grid by name (``fedaug list grids``), and validate it."""
+    if source in GRIDS:
+        path = GRID_DIR / f"{source}.toml"
+    elif source.endswith(".toml") or Path(source).exists():
+        path = Path(source)
+    else:
+        raise ConfigError(f"'{source}' is neither a shipped grid nor a grid file; grids: {', '.join(GRIDS)}"
+                          f"{suggest(source, GRIDS)}")
+    if not path.is_file():
+        raise ConfigError(f"grid file '{path}' does not exist; give a grid TOML file or a grid name "
+                          f"({', '.join(GRIDS)})")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"grid file '{path}' is not valid TOML: {exc}") from None
+    return parse_grid(raw, path.stem, path.parent, seeds=seeds, baseline=baseline, overrides=overrides)
+
+
+def grid_from_args(base: str | None, methods: Sequence[Sequence[str]], settings: Sequence[Sequence[str]],
+                   seeds: Sequence[int], *, baseline: str | None = None, overrides: Sequence[str] = ()) -> GridSpec:
+    """A grid from the command line: ``methods``/``settings`` are ``[LABEL, key=value, ...]`` lists.
+
+    >>> g = grid_from_args("digits4", [["FedAvg"], ["FedFA", "method.augs=[fedfa]"]], [], [0, 1])
+    >>> g.methods
+    {'FedAvg': {}, 'FedFA': {'method': {'augs': ['fedfa']}}}
+    """
+    def table(kind: str, items: Sequence[Sequence[str]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for label, *pairs in items:
+            if "=" in label:
+                raise ConfigError(f"--{kind} takes a label first, then key=value overrides; got {label!r} "
+                                  f"(e.g. --{kind} FedFA method.augs=[fedfa])")
+            if label in out:
+                raise ConfigError(f"--{kind} label {label!r} is given twice; labels must be distinct")
+            out[label] = apply_overrides({}, pairs)
+        return out
+
+    raw: dict[str, Any] = {"seeds": list(seeds), "methods": table("method", methods)}
+    if base is not None:
+        raw["base"] = base
+    if settings:
+        raw["settings"] = table("setting", settings)
+    return parse_grid(raw, Path(base).stem if base else "grid", Path("."), baseline=baseline, overrides=overrides)

@@ -1,0 +1,230 @@
+"""Running a comparison grid: one run directory per (setting, method, seed), resumable, in one
+process or in parallel worker processes.
+
+Layout under the output directory::
+
+    grid.json                               the grid (labels, seeds, baseline, what it reproduces)
+    <setting>/<method>/seed<k>-<timestamp>/  one run directory per cell (docs/engine.md)
+    <setting>/<method>/seed<k>.lock          held (pid inside) while a process works on the cell
+
+A cell whose newest run directory holds ``summary.json`` is finished and is not run again; one
+without it is resumed from its newest checkpoint (:func:`resume_experiment`). A finished or
+started cell whose stored config differs from the grid's (``threads`` aside) is an error, so results
+of an edited grid are never mixed with stale ones.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedaug.config.load import parse_config, read_toml
+from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.serialize import atomic_write_json
+from fedaug.engine.records import CONFIG, SUMMARY
+from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.report.grid import GridSpec, slug
+
+GRID_FILE = "grid.json"
+STALE_EMPTY_LOCK_S = 60.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (setting, method, seed) of a grid and the config it runs with."""
+
+    setting: str
+    method: str
+    seed: int
+    dir: Path
+    raw: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting} | {self.method} | seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What happened to a cell: ``status`` is ``"done before"``, ``"ran"``, ``"resumed"``,
+    ``"busy"`` (another live process holds its lock) or ``"failed"`` (``error`` says why)."""
+
+    cell: Cell
+    status: str
+    run_dir: str | None
+    seconds: float
+    error: str = ""
+
+
+def cell_dir(out: Path, setting: str, method: str) -> Path:
+    """The directory that holds a (setting, method)'s run directories."""
+    return Path(out) / slug(setting) / slug(method)
+
+
+def find_run(directory: Path, seed: int) -> Path | None:
+    """The newest run directory of ``seed`` (``seed<k>-<timestamp>[-n]`` holding a config), if any."""
+    runs = [p for p in Path(directory).glob(f"seed{seed}-*") if (p / CONFIG).is_file()]
+    return max(runs, key=lambda p: p.name) if runs else None
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None) -> list[Cell]:
+    """Every cell of ``spec``, seed-major (a partial grid still pairs methods on the same seeds),
+    each config with ``threads`` capped at ``cores // jobs`` so that jobs x threads <= cores.
+
+    Raises:
+        ConfigError: ``jobs`` is below 1 or above the available cores.
+    """
+    cores = cores or available_cores()
+    if not 1 <= jobs <= cores:
+        raise ConfigError(f"--jobs must be between 1 and the {cores} available cores, got {jobs}")
+    cells = []
+    for seed in spec.seeds:
+        for setting in spec.settings:
+            for method in spec.methods:
+                raw = spec.raw(setting, method, seed)
+                directory = cell_dir(out, setting, method)
+                threads = min(parse_config(raw).threads, max(1, cores // jobs))
+                raw.update(name=f"seed{seed}", out_dir=str(directory), threads=threads)
+                cells.append(Cell(setting, method, seed, directory, raw))
+    return cells
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Dotted keys whose resolved values differ between two configs, ``threads`` ignored (a
+    resumed cell keeps the thread count it started with)."""
+    a, b = (_flat({k: v for k, v in parse_config(d).to_dict().items() if k != "threads"}) for d in (stored, wanted))
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(lock: Path) -> bool:
+    """Create ``lock`` holding this pid, unless a live process holds it; a dead holder's lock
+    (or an empty one older than a minute) is taken over."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                text = lock.read_text().strip()
+                age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if text.isdigit() and _alive(int(text)) or not text and age < STALE_EMPTY_LOCK_S:
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def run_cell(cell: Cell) -> CellOutcome:
+    """Run, resume or skip one cell (in this process); a user error becomes a ``"failed"`` outcome."""
+    lock = cell.dir / f"seed{cell.seed}.lock"
+    t0 = time.perf_counter()
+    if not claim(lock):
+        return CellOutcome(cell, "busy", None, 0.0)
+    try:
+        existing = find_run(cell.dir, cell.seed)
+        if existing is not None:
+            diff = config_mismatch(read_toml(existing / CONFIG), cell.raw)
+            if diff:
+                raise ConfigError(
+                    f"'{existing}' was run with a different config ({', '.join(diff)} differ); "
+                    "delete that directory to rerun the cell, or give another --out")
+            if (existing / SUMMARY).is_file():
+                return CellOutcome(cell, "done before", str(existing), 0.0)
+            _, run = resume_experiment(str(existing), quiet=True)
+            return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
+        _, run = run_experiment(parse_config(cell.raw), quiet=True)
+        return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
+    except FedaugError as exc:
+        return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def write_grid_file(spec: GridSpec, out: Path) -> None:
+    """Record the grid in ``out/grid.json`` (read back by tables and reports)."""
+    atomic_write_json(Path(out) / GRID_FILE, spec.meta())
+
+
+def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
+             on_done: Callable[[int, int, CellOutcome], None] | None = None) -> list[CellOutcome]:
+    """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``).
+
+    Stops scheduling at the first failed cell (cells already running finish) and raises.
+
+    Args:
+        spec: the grid.
+        out: the output directory (created).
+        jobs: parallel worker processes; each sets its torch threads to ``cores // jobs`` at most.
+        on_done: called as ``on_done(k, total, outcome)`` after each cell (k counts from 1).
+
+    Returns:
+        Every cell's outcome, in completion order.
+
+    Raises:
+        FedaugError: a cell failed; the message names it and gives its error.
+    """
+    cells = plan(spec, out, jobs)
+    write_grid_file(spec, out)
+    outcomes: list[CellOutcome] = []
+
+    def record(outcome: CellOutcome) -> None:
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(len(outcomes), len(cells), outcome)
+
+    if jobs == 1:
+        for cell in cells:
+            record(run_cell(cell))
+            if outcomes[-1].status == "failed":
+                break
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            pending = {pool.submit(run_cell, cell) for cell in cells}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record(future.result())
+                if any(o.status == "failed" for o in outcomes):
+                    for future in pending:
+                        future.cancel()
+                    pending = {f for f in pending if not f.cancelled()}
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        raise FedaugError(f"cell {failed[0].cell.label} failed: {failed[0].error}")
+    return outcomes
