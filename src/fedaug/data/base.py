@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
+
+from fedaug.core.errors import ConfigError, suggest
+from fedaug.data.partition import leave_one_group_out
 
 Task = Literal["classification", "segmentation"]
 
@@ -83,3 +86,31 @@ class FederatedData:
         """All clients' ``split`` concatenated in client-id order."""
         parts = [getattr(c, split) for c in self.clients]
         return Split(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
+
+
+def hold_out_group(data: FederatedData, held_out: str) -> FederatedData:
+    """Leave one domain out (FedFA, ICLR 2023, Sec. 4.3, Table 4): the clients of group
+    ``held_out`` leave the federation; every remaining client keeps its train and val splits (so
+    the best round is still chosen in-domain) and is tested on the held-out group's test samples
+    (its clients' test splits, concatenated).
+
+    The mean over clients of the test metric is then the unseen domain's metric (each client's
+    value is the global model's on the same samples, differing only through per-client evaluation
+    state such as local BatchNorm statistics); the pooled test set counts those samples once per client.
+
+    Args:
+        data: the federation; its clients' ``group`` names the domains.
+        held_out: the group to leave out.
+
+    Raises:
+        ConfigError: ``held_out`` is not a group, or it is the only one.
+    """
+    groups = list(dict.fromkeys(c.group for c in data.clients))
+    if held_out not in groups or len(groups) < 2:
+        raise ConfigError(f"{data.name}: held_out must be one of its client groups ({', '.join(groups)}; at least "
+                          f"2 are needed), got {held_out!r}{suggest(str(held_out), groups)}")
+    _, parts, held = leave_one_group_out([c.group for c in data.clients], held_out)
+    test = Split(torch.cat([data.clients[i].test.x for i in held]), torch.cat([data.clients[i].test.y for i in held]))
+    keep = sorted(int(i) for part in parts for i in part)
+    return replace(data, clients=[replace(data.clients[i], test=test) for i in keep],
+                   info={**data.info, "held_out": held_out})

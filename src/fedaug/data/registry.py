@@ -8,23 +8,24 @@ from typing import Any
 
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.registry import Registry
-from fedaug.data.base import FederatedData
+from fedaug.data.base import FederatedData, hold_out_group
 
 Builder = Callable[..., FederatedData]
 DATASETS: Registry[Builder] = Registry("dataset")
 
 
-def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any],
+                  extra: tuple[str, ...] = ()) -> None:
     """Raise one :class:`ConfigError` naming every option ``fn`` does not accept.
 
     Used for every ``[section.options]`` table: the valid option names are ``fn``'s keyword
-    parameters (``seed`` excluded).
+    parameters (``seed`` excluded) and ``extra``.
     """
     params = [
         p
         for p, v in inspect.signature(fn).parameters.items()
         if v.kind is inspect.Parameter.KEYWORD_ONLY and p != "seed"
-    ]
+    ] + list(extra)
     bad = [k for k in options if k not in params]
     if bad:
         msgs = [f"'{k}'{suggest(k, params)}" for k in bad]
@@ -34,8 +35,22 @@ def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[st
         )
 
 
+#: options every dataset accepts, applied here after the dataset's builder
+COMMON_OPTIONS = ("held_out",)
+
+
+def check_dataset_options(name: str, options: dict[str, Any]) -> None:
+    """Raise one :class:`ConfigError` naming every option dataset ``name`` does not accept."""
+    check_options("dataset", name, DATASETS.get(name), options, COMMON_OPTIONS)
+
+
 def load_dataset(name: str, seed: int, **options: Any) -> FederatedData:
-    """Build the registered dataset ``name`` with ``options`` (validated) and ``seed``."""
-    builder = DATASETS.get(name)
-    check_options("dataset", name, builder, options)
-    return builder(seed=seed, **options)
+    """Build the registered dataset ``name`` with ``options`` (validated) and ``seed``.
+
+    Every dataset also takes ``held_out``: a client group (domain, site) left out of training
+    and used as every remaining client's test data (:func:`fedaug.data.base.hold_out_group`).
+    """
+    check_dataset_options(name, options)
+    held_out = options.pop("held_out", None)
+    data = DATASETS.get(name)(seed=seed, **options)
+    return data if held_out is None else hold_out_group(data, held_out)

@@ -37,7 +37,7 @@ from fedaug.config.load import apply_overrides, parse_config, read_toml
 from fedaug.config.presets import PRESETS, preset_path
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
-from fedaug.data.registry import DATASETS, check_options
+from fedaug.data.registry import check_dataset_options
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
 
@@ -223,7 +223,7 @@ def check_cell(cfg: RunConfig) -> None:
     """Check what the schema does not: method, dataset and model names and option names (no data
     is loaded, no model is built)."""
     build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    check_options("dataset", cfg.data.name, DATASETS.get(cfg.data.name), cfg.data.options)
+    check_dataset_options(cfg.data.name, cfg.data.options)
     MODELS.get(cfg.model.name)
 
 
