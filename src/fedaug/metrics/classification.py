@@ -36,6 +36,14 @@ class ClassificationMeter:
         self.correct += other.correct
         self.count += other.count
 
+    def state(self) -> dict[str, float | int]:
+        """The counts as plain data, to carry the meter to another process (:meth:`load_state`)."""
+        return {"loss_sum": self.loss_sum, "correct": self.correct, "count": self.count}
+
+    def load_state(self, state: dict[str, float | int]) -> None:
+        """Set the counts from :meth:`state`'s output."""
+        self.loss_sum, self.correct, self.count = float(state["loss_sum"]), int(state["correct"]), int(state["count"])
+
     def result(self) -> dict[str, float]:
         """``{"acc", "loss", "n"}``; accuracy and loss are NaN-free: empty gives 0 and n = 0."""
         if self.count == 0:

@@ -66,6 +66,15 @@ class SegmentationMeter:
         self.loss_sum += other.loss_sum
         self.count += other.count
 
+    def state(self) -> dict[str, Tensor | float | int]:
+        """The counts as plain data, to carry the meter to another process (:meth:`load_state`)."""
+        return {"tp": self.tp, "pred": self.pred, "true": self.true, "loss_sum": self.loss_sum, "count": self.count}
+
+    def load_state(self, state: dict[str, Tensor | float | int]) -> None:
+        """Set the counts from :meth:`state`'s output."""
+        self.tp, self.pred, self.true = (state[k].to(torch.float64) for k in ("tp", "pred", "true"))
+        self.loss_sum, self.count = float(state["loss_sum"]), int(state["count"])
+
     def result(self) -> dict[str, float | list[float]]:
         """``{"dice", "dice_per_class" (foreground, class 1..K-1), "loss", "n"}``."""
         if self.count == 0:

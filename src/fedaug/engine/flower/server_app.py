@@ -1,0 +1,226 @@
+"""The ServerApp: fedaug's server side (:class:`~fedaug.engine.server.Server`) over Flower's Grid.
+
+Flower's built-in strategies cannot carry fedaug's methods (they reject replies with more than one
+ArrayRecord, reuse one RecordDict for every client and sample node ids with unseeded global random
+state), so the ServerApp drives the Grid itself: it asks every SuperNode which logical client it
+serves (``query.describe``), then runs fedaug's own round loop, whose :class:`FlowerFleet` turns
+each phase into one Flower message per client, built fresh per client, and waits up to the run
+config's ``round-timeout`` for the replies. A client that answers with an error or not in time is
+recorded as dropped and the round goes on while ``train.min_clients`` uploads are valid.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from fedaug.core.errors import CheckpointError, FedaugError
+from fedaug.core.payload import Message as Parts
+from fedaug.core.payload import Part
+from fedaug.engine.fleet import Dropped
+from fedaug.engine.flower.client_app import HEADER, METERS, METRICS, SERVER
+from fedaug.engine.flower.codec import get_parts, get_tree, put_parts, put_tree
+from fedaug.engine.flower.settings import FlowerSettings
+from fedaug.engine.local import ClientResult
+from fedaug.engine.progress import Progress
+from fedaug.engine.records import RunDir
+from fedaug.engine.server import Federation, Server
+from fedaug.engine.worker import build_worker_model
+from fedaug.methods.component import State
+from fedaug.methods.recipe import build_recipe
+from fedaug.metrics.tasks import Meter, Task, make_task
+
+#: the describe fields every SuperNode must agree on
+SHARED = ("num_partitions", "task", "num_classes", "input_shape")
+
+
+def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[Federation, dict[int, int]]:
+    """Ask every SuperNode which client it serves; wait until each of the N clients has one.
+
+    Returns:
+        The federation as the server knows it, and ``{client id: node id}``.
+
+    Raises:
+        FedaugError: a SuperNode cannot serve this run (its error, e.g. a wrong
+            ``num-partitions``), two claim the same client, they disagree on the data, or not
+            every client's SuperNode connected within ``connect_timeout`` seconds.
+    """
+    deadline = time.monotonic() + connect_timeout
+    described: dict[int, dict[str, Any]] = {}
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in described]
+        if new:
+            asks = [Message(RecordDict(), dst_node_id=n, message_type="query.describe", group_id="describe")
+                    for n in new]
+            for rep in grid.send_and_receive(asks, timeout=max(deadline - time.monotonic(), poll_s)):
+                if rep.has_error():
+                    raise FedaugError(f"SuperNode {rep.metadata.src_node_id} cannot serve this run: {rep.error.reason}")
+                described[rep.metadata.src_node_id] = dict(rep.content.config_records["describe"])
+        nodes = _claims(described)
+        total = next(iter(described.values()))["num_partitions"] if described else None
+        if total is not None and len(nodes) == total:
+            break
+        if time.monotonic() >= deadline:
+            raise FedaugError(
+                f"only {len(nodes)} of {total if total is not None else 'N'} clients have a SuperNode after "
+                f"{connect_timeout:g} s (partition ids seen: {sorted(nodes) or 'none'}); start one SuperNode per "
+                "client with --node-config 'partition-id=K num-partitions=N', or raise the run config's connect-timeout")
+        time.sleep(poll_s)
+    by_client = {described[n]["client"]: described[n] for n in nodes.values()}
+    first = by_client[0]
+    infos = {cid: json.loads(d["info"]) for cid, d in by_client.items()}
+    info = infos[0] if all(i == infos[0] for i in infos.values()) else {"sites": infos}
+    federation = Federation([by_client[c]["name"] for c in range(total)], [by_client[c]["num_train"] for c in range(total)],
+                            [by_client[c]["num_val"] for c in range(total)], first["task"], first["num_classes"],
+                            tuple(first["input_shape"]), info)
+    return federation, nodes
+
+
+def _claims(described: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
+    """``{client id: node id}``; raises when SuperNodes disagree or two claim one client."""
+    nodes: dict[int, int] = {}
+    for node, d in sorted(described.items()):
+        first_node, first = min(described.items())
+        for key in SHARED:
+            if d[key] != first[key]:
+                raise FedaugError(f"SuperNodes disagree on {key}: {first[key]!r} (node {first_node}) and {d[key]!r} "
+                                  f"(node {node}); give every SuperNode the same run and a partition of the same data")
+        if d["client"] in nodes:
+            raise FedaugError(f"partition-id {d['client']} is claimed by SuperNodes {nodes[d['client']]} and {node}; "
+                              "give each SuperNode its own partition-id")
+        nodes[d["client"]] = node
+    return nodes
+
+
+class FlowerFleet:
+    """The clients behind Flower SuperNodes (see :class:`~fedaug.engine.fleet.Fleet`).
+
+    Args:
+        grid: the ServerApp's Grid.
+        nodes: ``{client id: node id}`` from :func:`discover`.
+        round_timeout: seconds to wait for one phase's replies (``None``: wait for all).
+        base: the name of the method's base component (its part is re-sent in the query phase).
+        task: the task (to rebuild the clients' evaluation meters).
+    """
+
+    def __init__(self, grid: Grid, nodes: Mapping[int, int], round_timeout: float | None, base: str,
+                 task: Task) -> None:
+        self.grid, self.nodes, self.timeout, self.base, self.task = grid, dict(nodes), round_timeout, base, task
+        self._state_bytes: dict[int, int] = {}
+
+    def _exchange(self, message_type: str, r: int, contents: Iterable[tuple[int, RecordDict]],
+                  **header: Any) -> Iterator[tuple[int, Message | Dropped]]:
+        """Send one message per client, each its own RecordDict; yield replies by client id."""
+        sent: dict[int, Message] = {}
+        for cid, content in contents:
+            content[HEADER] = ConfigRecord({"client": cid, "round": r, **header})
+            sent[cid] = Message(content, dst_node_id=self.nodes[cid], message_type=message_type, group_id=str(r))
+        replies = {rep.metadata.src_node_id: rep for rep in self.grid.send_and_receive(list(sent.values()),
+                                                                                       timeout=self.timeout)}
+        for cid in sorted(sent):
+            rep = replies.get(self.nodes[cid])
+            if rep is None:
+                yield cid, Dropped("timeout", f"no reply to '{message_type}' within {self.timeout:g} s")
+            elif rep.has_error():
+                yield cid, Dropped("error", rep.error.reason)
+            else:
+                yield cid, rep
+
+    def train(self, r: int, lr: float, client_ids: Sequence[int],
+              downlink: Callable[[int], Parts]) -> Iterator[tuple[int, ClientResult | Dropped]]:
+        contents = []
+        for cid in client_ids:
+            content = RecordDict()
+            put_parts(content, downlink(cid))
+            contents.append((cid, content))
+        for cid, rep in self._exchange("train", r, contents, lr=lr):
+            if isinstance(rep, Dropped):
+                yield cid, rep
+                continue
+            state = rep.content.config_records["state"]
+            if state["has_state"]:
+                self._state_bytes[cid] = int(state["bytes"])
+            else:
+                self._state_bytes.pop(cid, None)
+            yield cid, ClientResult(get_parts(rep.content), {}, dict(rep.content.metric_records[METRICS]))
+
+    def query(self, r: int, client_ids: Sequence[int],
+              downlink: Callable[[int], Part]) -> Iterator[tuple[int, Mapping[str, object] | Dropped]]:
+        contents = []
+        for cid in client_ids:
+            content = RecordDict()
+            put_parts(content, {self.base: downlink(cid)})
+            contents.append((cid, content))
+        for cid, rep in self._exchange("query.after_aggregate", r, contents):
+            yield cid, rep if isinstance(rep, Dropped) else get_parts(rep.content)
+
+    def evaluate(self, r: int, server: Mapping[str, State]) -> Iterator[tuple[int, Mapping[str, Meter] | Dropped]]:
+        contents = []
+        for cid in sorted(self.nodes):
+            content = RecordDict()
+            put_tree(content, SERVER, server)
+            contents.append((cid, content))
+        for cid, rep in self._exchange("evaluate", r, contents):
+            if isinstance(rep, Dropped):
+                yield cid, rep
+                continue
+            meters = {}
+            for split, st in get_tree(rep.content, METERS).items():
+                meters[split] = self.task.meter()
+                meters[split].load_state(st)
+            yield cid, meters
+
+    def state_bytes(self) -> dict[int, int]:
+        return dict(self._state_bytes)
+
+    def checkpoint(self) -> dict[int, dict[str, State]]:
+        return {}  # per-client states live in the SuperNodes' context.state
+
+    def restore(self, states: dict[int, dict[str, State]]) -> None:
+        if states:
+            raise CheckpointError("this checkpoint holds per-client states of an in-process run; a Flower run keeps "
+                                  "them on the SuperNodes and cannot take them over")
+
+
+def run_server(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Run a whole fedaug experiment over ``grid``; write its run directory; return the summary."""
+    settings = FlowerSettings.from_run_config(run_config)
+    cfg = settings.cfg
+    recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
+    torch.set_num_threads(cfg.threads)
+    federation, nodes = discover(grid, settings.connect_timeout)
+    model = build_worker_model(cfg, recipe, federation.input_shape[0], federation.num_classes)
+    task = make_task(federation.task, federation.num_classes)
+    fleet = FlowerFleet(grid, nodes, settings.round_timeout, recipe.base.name, task)
+    server = Server(cfg, recipe, model, federation, fleet)
+    run_dir = RunDir.start(cfg, settings.out_dir or None)
+    print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
+          f"run directory {run_dir.path}", flush=True)
+    return server.run(run_dir, Progress(cfg.train.rounds))
+
+
+def make_server_app(defaults: Mapping[str, Any] | None = None) -> ServerApp:
+    """fedaug's ServerApp.
+
+    Args:
+        defaults: run config entries used where ``context.run_config`` has none (Flower's Python
+            simulation API passes no run config: the config travels here).
+    """
+    app = ServerApp()
+    base = dict(defaults or {})
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_server(grid, {**base, **context.run_config})
+
+    return app
+
+
+#: the ServerApp a written Flower app names (``fedaug flower app``)
+app = make_server_app()
