@@ -9,8 +9,8 @@ Layout under the output directory::
 
 A cell whose newest run directory holds ``summary.json`` is finished and is not run again; one
 without it is resumed from its newest checkpoint (:func:`resume_experiment`). A finished or
-started cell whose stored config differs from the grid's (``threads`` aside) is an error, so results
-of an edited grid are never mixed with stale ones.
+started cell whose stored config differs from the grid's (``threads`` and ``out_dir`` aside) is an
+error, so results of an edited grid are never mixed with stale ones.
 """
 
 from __future__ import annotations
@@ -110,10 +110,14 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
+#: thread count it started with, and a grid directory may be moved
+IGNORED = ("threads", "out_dir")
+
+
 def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """Dotted keys whose resolved values differ between two configs, ``threads`` ignored (a
-    resumed cell keeps the thread count it started with)."""
-    a, b = (_flat({k: v for k, v in parse_config(d).to_dict().items() if k != "threads"}) for d in (stored, wanted))
+    """Dotted keys whose resolved values differ between two configs (:data:`IGNORED` aside)."""
+    a, b = (_flat({k: v for k, v in parse_config(d).to_dict().items() if k not in IGNORED}) for d in (stored, wanted))
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 

@@ -58,7 +58,7 @@ def paired_ttest(method: Sequence[float], baseline: Sequence[float]) -> PairedTe
 
     The t statistic is computed here; the p-value needs ``scipy.stats.t`` (``pip install
     'fedaug[data]'``); without scipy, or with fewer than 2 pairs, or when every difference is the
-    same (zero variance), ``p`` is ``None`` and ``note`` says why.
+    same up to rounding (zero variance), ``p`` is ``None`` and ``note`` says why.
 
     Args:
         method, baseline: the metric of each seed, aligned (same seeds, same order).
@@ -76,7 +76,7 @@ def paired_ttest(method: Sequence[float], baseline: Sequence[float]) -> PairedTe
     if n < 2:
         return PairedTest(n, diff, None, None, "fewer than 2 pairs")
     sd = float(d.std(ddof=1))
-    if sd == 0.0:
+    if sd <= 1e-12 * max(1.0, abs(diff)):  # equal up to rounding: t would be rounding noise
         return PairedTest(n, diff, None, None, "all differences equal")
     t = diff / (sd / math.sqrt(n))
     try:

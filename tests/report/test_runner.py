@@ -1,0 +1,112 @@
+"""Running grids: layout, skipping finished cells, exact resume, parallel workers, locks, failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.engine.records import SUMMARY
+from fedaug.report.runner import GRID_FILE, claim, find_run, plan, run_cell, run_grid
+from tests.report.conftest import tiny_spec
+
+
+def summaries(out):
+    return {p.relative_to(out).parts[:2] + (p.parent.name.split("-")[0],): json.loads(p.read_text())
+            for p in out.glob(f"*/*/*/{SUMMARY}")}
+
+
+def strip(s):
+    return {k: v for k, v in s.items() if k != "run_dir"}
+
+
+def test_layout_one_run_directory_per_cell(tiny_grid):
+    got = summaries(tiny_grid)
+    assert sorted(got) == [("default", m, f"seed{s}") for m in ("fedavg", "fedavg-lr-0.2") for s in (0, 1)]
+    meta = json.loads((tiny_grid / GRID_FILE).read_text())
+    assert meta["methods"] == ["FedAvg", "FedAvg lr 0.2"] and meta["seeds"] == [0, 1] and meta["kind"] == "stand-in"
+    run = find_run(tiny_grid / "default" / "fedavg-lr-0.2", 1)
+    cfg = (run / "config.toml").read_text()
+    assert "seed = 1" in cfg and "lr = 0.2" in cfg and 'name = "seed1"' in cfg
+
+
+def test_finished_cells_are_not_run_again(tiny_grid, tmp_path):
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    before = summaries(out)
+    seen = []
+    run_grid(tiny_spec(), out, on_done=lambda k, n, o: seen.append((k, n, o.status)))
+    assert seen == [(k, 4, "done before") for k in range(1, 5)]
+    assert summaries(out) == before and len(list(out.glob("*/*/seed*-*"))) == 4
+
+
+def test_an_interrupted_cell_resumes_to_the_uninterrupted_numbers(tiny_grid, tmp_path):
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    run = find_run(out / "default" / "fedavg", 0)
+    want = json.loads((run / SUMMARY).read_text())
+    # what a kill after round 2 leaves: no summary, no round-3 checkpoint or record
+    (run / SUMMARY).unlink()
+    (run / "checkpoints" / "round_000003.pt").unlink()
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:2]))
+    statuses = [o.status for o in run_grid(tiny_spec(), out)]
+    assert statuses.count("resumed") == 1 and statuses.count("done before") == 3
+    assert strip(json.loads((run / SUMMARY).read_text())) == strip(want)
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_an_edited_grid_does_not_mix_with_stale_cells(tiny_grid, tmp_path):
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    edited = tiny_spec(common={**tiny_spec().common, "train": {"rounds": 3, "local_steps": 2, "batch_size": 16,
+                                                                "lr": 0.07}})
+    with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: '.*seed0-.*' was run with a "
+                                          r"different config \(train.lr differ\); delete that directory"):
+        run_grid(edited, out)
+
+
+def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):
+    spec = tiny_spec(seeds=[1])
+    outcomes = run_grid(spec, tmp_path / "par", jobs=2)
+    assert sorted(o.status for o in outcomes) == ["ran", "ran"]
+    par = summaries(tmp_path / "par")
+    seq = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
+    assert {k: strip(v) for k, v in par.items()} == {k: strip(v) for k, v in seq.items()}
+
+
+def test_threads_are_capped_so_that_jobs_times_threads_fit_the_cores(tmp_path):
+    spec = tiny_spec(common={**tiny_spec().common, "threads": 4})
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=2, cores=8)} == {4}
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=2, cores=2)} == {1}
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=1, cores=3)} == {3}
+    cells = plan(spec, tmp_path, jobs=1, cores=2)
+    assert [(c.seed, c.method) for c in cells] == [(0, "FedAvg"), (0, "FedAvg lr 0.2"), (1, "FedAvg"), (1, "FedAvg lr 0.2")]
+    with pytest.raises(ConfigError, match="--jobs must be between 1 and the 2 available cores, got 3"):
+        plan(spec, tmp_path, jobs=3, cores=2)
+
+
+def test_locks(tmp_path):
+    lock = tmp_path / "seed0.lock"
+    assert claim(lock) and not claim(lock)  # held by this live process
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(dead.stdout.strip())
+    assert claim(lock) and lock.read_text() == str(__import__("os").getpid())  # a dead holder's lock is taken over
+    cell = plan(tiny_spec(), tmp_path / "g", cores=2)[0]
+    cell.dir.mkdir(parents=True)
+    (cell.dir / "seed0.lock").write_text(str(__import__("os").getppid()))
+    assert run_cell(cell).status == "busy" and not list(cell.dir.glob("seed0-*"))
+
+
+def test_a_failing_cell_stops_the_grid_with_its_message(tmp_path):
+    common = tiny_spec().common
+    spec = tiny_spec(common={**common, "data": {"name": "synthetic", "options": {"num_clients": 0}}})
+    seen = []
+    with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: synthetic.num_clients must be >= 1"):
+        run_grid(spec, tmp_path / "g", on_done=lambda k, n, o: seen.append(o.status))
+    assert seen == ["failed"]
+    assert not list((tmp_path / "g").glob("*/*/*.lock"))
