@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from tests.report.conftest import tiny_spec
 
 
 def summaries(out):
-    return {p.relative_to(out).parts[:2] + (p.parent.name.split("-")[0],): json.loads(p.read_text())
-            for p in out.glob(f"*/*/*/{SUMMARY}")}
+    """(setting, method, seed dir) -> summary of every finished cell under ``out``."""
+    return {p.relative_to(out).parts[:3]: json.loads(p.read_text()) for p in out.glob(f"*/*/*/*/{SUMMARY}")}
 
 
 def strip(s):
@@ -29,9 +30,10 @@ def test_layout_one_run_directory_per_cell(tiny_grid):
     assert sorted(got) == [("default", m, f"seed{s}") for m in ("fedavg", "fedavg-lr-0.2") for s in (0, 1)]
     meta = json.loads((tiny_grid / GRID_FILE).read_text())
     assert meta["methods"] == ["FedAvg", "FedAvg lr 0.2"] and meta["seeds"] == [0, 1] and meta["kind"] == "stand-in"
-    run = find_run(tiny_grid / "default" / "fedavg-lr-0.2", 1)
+    run = find_run(tiny_grid / "default" / "fedavg-lr-0.2" / "seed1")
     cfg = (run / "config.toml").read_text()
-    assert "seed = 1" in cfg and "lr = 0.2" in cfg and 'name = "seed1"' in cfg
+    assert "seed = 1" in cfg and "lr = 0.2" in cfg and 'name = "fedavg-lr-0.2"' in cfg
+    assert run.name.startswith("fedavg-lr-0.2-")
 
 
 def test_finished_cells_are_not_run_again(tiny_grid, tmp_path):
@@ -41,13 +43,13 @@ def test_finished_cells_are_not_run_again(tiny_grid, tmp_path):
     seen = []
     run_grid(tiny_spec(), out, on_done=lambda k, n, o: seen.append((k, n, o.status)))
     assert seen == [(k, 4, "done before") for k in range(1, 5)]
-    assert summaries(out) == before and len(list(out.glob("*/*/seed*-*"))) == 4
+    assert summaries(out) == before and len(list(out.glob("*/*/seed*/*-*"))) == 4
 
 
 def test_an_interrupted_cell_resumes_to_the_uninterrupted_numbers(tiny_grid, tmp_path):
     out = tmp_path / "g"
     shutil.copytree(tiny_grid, out)
-    run = find_run(out / "default" / "fedavg", 0)
+    run = find_run(out / "default" / "fedavg" / "seed0")
     want = json.loads((run / SUMMARY).read_text())
     # what a kill after round 2 leaves: no summary, no round-3 checkpoint or record
     (run / SUMMARY).unlink()
@@ -65,7 +67,7 @@ def test_an_edited_grid_does_not_mix_with_stale_cells(tiny_grid, tmp_path):
     shutil.copytree(tiny_grid, out)
     edited = tiny_spec(common={**tiny_spec().common, "train": {"rounds": 3, "local_steps": 2, "batch_size": 16,
                                                                 "lr": 0.07}})
-    with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: '.*seed0-.*' was run with a "
+    with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: '.*seed0/fedavg-.*' was run with a "
                                           r"different config \(train.lr differ\); delete that directory"):
         run_grid(edited, out)
 
@@ -76,6 +78,7 @@ def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):
     assert sorted(o.status for o in outcomes) == ["ran", "ran"]
     par = summaries(tmp_path / "par")
     seq = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
+    assert len(par) == len(seq) == 2
     assert {k: strip(v) for k, v in par.items()} == {k: strip(v) for k, v in seq.items()}
 
 
@@ -95,11 +98,11 @@ def test_locks(tmp_path):
     assert claim(lock) and not claim(lock)  # held by this live process
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     lock.write_text(dead.stdout.strip())
-    assert claim(lock) and lock.read_text() == str(__import__("os").getpid())  # a dead holder's lock is taken over
+    assert claim(lock) and lock.read_text() == str(os.getpid())  # a dead holder's lock is taken over
     cell = plan(tiny_spec(), tmp_path / "g", cores=2)[0]
     cell.dir.mkdir(parents=True)
-    (cell.dir / "seed0.lock").write_text(str(__import__("os").getppid()))
-    assert run_cell(cell).status == "busy" and not list(cell.dir.glob("seed0-*"))
+    (cell.dir / ".lock").write_text(str(os.getppid()))
+    assert run_cell(cell).status == "busy" and find_run(cell.dir) is None
 
 
 def test_a_failing_cell_stops_the_grid_with_its_message(tmp_path):
@@ -109,4 +112,4 @@ def test_a_failing_cell_stops_the_grid_with_its_message(tmp_path):
     with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: synthetic.num_clients must be >= 1"):
         run_grid(spec, tmp_path / "g", on_done=lambda k, n, o: seen.append(o.status))
     assert seen == ["failed"]
-    assert not list((tmp_path / "g").glob("*/*/*.lock"))
+    assert not list((tmp_path / "g").glob("*/*/*/.lock"))

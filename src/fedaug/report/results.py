@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from fedaug.config.load import read_toml
 from fedaug.core.errors import ConfigError
 from fedaug.engine.records import CONFIG, SUMMARY, RunDir
 from fedaug.report.grid import DEFAULT_SETTING
-from fedaug.report.runner import GRID_FILE, cell_dir, find_run
+from fedaug.report.runner import GRID_FILE, IGNORED, cell_dir, find_run, flatten
 from fedaug.report.stats import mean_std, paired_ttest
 
 WHICH = ("final", "best")
@@ -101,7 +101,7 @@ def load_grid_results(out: Path) -> Results:
     for seed in meta["seeds"]:
         for setting in meta["settings"]:
             for method in meta["methods"]:
-                path = find_run(cell_dir(out, setting, method), seed)
+                path = find_run(cell_dir(out, setting, method, seed))
                 if path is not None and (path / SUMMARY).is_file():
                     runs.append(Run.read(path, setting, method))
                 else:
@@ -110,9 +110,16 @@ def load_grid_results(out: Path) -> Results:
     return Results(meta, list(meta["settings"]), list(meta["methods"]), meta["baseline"], runs, missing)
 
 
+def _identity(config: dict[str, Any]) -> dict[str, Any]:
+    """What makes runs "the same method": the config without seed, name and :data:`IGNORED`."""
+    return flatten({k: v for k, v in config.items() if k not in ("seed", "name", *IGNORED)})
+
+
 def load_run_results(paths: Sequence[Path]) -> Results:
-    """Loose run directories (or directories searched for them), grouped by run name; the first
-    name is the baseline. Runs without ``summary.json`` are listed as missing."""
+    """Loose run directories (or directories searched for them), grouped into methods by config
+    (all but seed, name, threads and out_dir equal); a method is labelled by its runs' name, plus
+    the keys that tell it apart when two methods share a name. The first method is the baseline;
+    runs without ``summary.json`` are listed as missing."""
     found: list[Path] = []
     for p in map(Path, paths):
         if (p / CONFIG).is_file():
@@ -124,18 +131,29 @@ def load_run_results(paths: Sequence[Path]) -> Results:
     if not found:
         raise ConfigError(f"no run directories under {', '.join(map(str, paths))}; give 'fedaug run' or "
                           "'fedaug compare' output directories")
-    runs, missing, seen = [], [], {}
+    groups: list[tuple[dict[str, Any], str, dict[int, Run]]] = []  # (identity, label, seed -> run)
+    missing = []
     for p in found:
         if not (p / SUMMARY).is_file():
             missing.append(f"{p}: unfinished")
             continue
         run = Run.read(p, DEFAULT_SETTING)
-        if (run.method, run.seed) in seen:
-            raise ConfigError(f"runs '{seen[run.method, run.seed]}' and '{p}' are both '{run.method}' with seed "
-                              f"{run.seed}; give one of them (or rename one with name=...)")
-        seen[run.method, run.seed] = p
-        runs.append(run)
-    methods = list(dict.fromkeys(r.method for r in runs))
+        ident = _identity(run.config)
+        group = next((g for g in groups if g[0] == ident), None)
+        if group is None:
+            clash = next((g for g in groups if g[1] == run.method), None)
+            label = run.method
+            if clash is not None:
+                keys = sorted(k for k in ident.keys() | clash[0].keys() if ident.get(k) != clash[0].get(k))
+                label += " (" + ", ".join(f"{k}={ident.get(k)!r}" for k in keys[:3]) + ")"
+            group = (ident, label, {})
+            groups.append(group)
+        if run.seed in group[2]:
+            raise ConfigError(f"runs '{group[2][run.seed].path}' and '{p}' have the same config and seed {run.seed}; "
+                              "give one of them")
+        group[2][run.seed] = replace(run, method=group[1])
+    runs = [r for g in groups for r in g[2].values()]
+    methods = [g[1] for g in groups]
     meta = {"name": "runs", "description": "", "kind": "", "reproduces": "", "notes": "", "base": None,
             "baseline": methods[0] if methods else "", "seeds": sorted({r.seed for r in runs}),
             "settings": [DEFAULT_SETTING], "methods": methods, "overrides": []}

@@ -3,9 +3,9 @@ process or in parallel worker processes.
 
 Layout under the output directory::
 
-    grid.json                               the grid (labels, seeds, baseline, what it reproduces)
-    <setting>/<method>/seed<k>-<timestamp>/  one run directory per cell (docs/engine.md)
-    <setting>/<method>/seed<k>.lock          held (pid inside) while a process works on the cell
+    grid.json                                       the grid (labels, seeds, baseline, what it reproduces)
+    <setting>/<method>/seed<k>/<method>-<timestamp>/  the cell's run directory (docs/engine.md)
+    <setting>/<method>/seed<k>/.lock                  held (pid inside) while a process works on the cell
 
 A cell whose newest run directory holds ``summary.json`` is finished and is not run again; one
 without it is resumed from its newest checkpoint (:func:`resume_experiment`). A finished or
@@ -62,14 +62,14 @@ class CellOutcome:
     error: str = ""
 
 
-def cell_dir(out: Path, setting: str, method: str) -> Path:
-    """The directory that holds a (setting, method)'s run directories."""
-    return Path(out) / slug(setting) / slug(method)
+def cell_dir(out: Path, setting: str, method: str, seed: int) -> Path:
+    """The directory that holds a cell's run directory (directory names are :func:`slug` of the labels)."""
+    return Path(out) / slug(setting) / slug(method) / f"seed{seed}"
 
 
-def find_run(directory: Path, seed: int) -> Path | None:
-    """The newest run directory of ``seed`` (``seed<k>-<timestamp>[-n]`` holding a config), if any."""
-    runs = [p for p in Path(directory).glob(f"seed{seed}-*") if (p / CONFIG).is_file()]
+def find_run(directory: Path) -> Path | None:
+    """The newest run directory (one holding a config) in a cell's directory, if any."""
+    runs = [p for p in Path(directory).iterdir() if (p / CONFIG).is_file()] if Path(directory).is_dir() else []
     return max(runs, key=lambda p: p.name) if runs else None
 
 
@@ -93,18 +93,19 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None) -> 
         for setting in spec.settings:
             for method in spec.methods:
                 raw = spec.raw(setting, method, seed)
-                directory = cell_dir(out, setting, method)
+                directory = cell_dir(out, setting, method, seed)
                 threads = min(parse_config(raw).threads, max(1, cores // jobs))
-                raw.update(name=f"seed{seed}", out_dir=str(directory), threads=threads)
+                raw.update(name=slug(method), out_dir=str(directory), threads=threads)
                 cells.append(Cell(setting, method, seed, directory, raw))
     return cells
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (empty tables kept as values)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -117,7 +118,7 @@ IGNORED = ("threads", "out_dir")
 
 def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """Dotted keys whose resolved values differ between two configs (:data:`IGNORED` aside)."""
-    a, b = (_flat({k: v for k, v in parse_config(d).to_dict().items() if k not in IGNORED}) for d in (stored, wanted))
+    a, b = (flatten({k: v for k, v in parse_config(d).to_dict().items() if k not in IGNORED}) for d in (stored, wanted))
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
@@ -156,12 +157,12 @@ def claim(lock: Path) -> bool:
 
 def run_cell(cell: Cell) -> CellOutcome:
     """Run, resume or skip one cell (in this process); a user error becomes a ``"failed"`` outcome."""
-    lock = cell.dir / f"seed{cell.seed}.lock"
+    lock = cell.dir / ".lock"
     t0 = time.perf_counter()
     if not claim(lock):
         return CellOutcome(cell, "busy", None, 0.0)
     try:
-        existing = find_run(cell.dir, cell.seed)
+        existing = find_run(cell.dir)
         if existing is not None:
             diff = config_mismatch(read_toml(existing / CONFIG), cell.raw)
             if diff:

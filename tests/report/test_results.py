@@ -1,0 +1,119 @@
+"""The comparison numbers equal the run records, computed here independently of fedaug.report."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import statistics
+
+import pytest
+from scipy import stats
+
+from fedaug.core.errors import ConfigError
+from fedaug.report.results import load_results, summarize
+from fedaug.report.table import comparison_csv, comparison_tables, write_tables
+from fedaug.report.document import to_markdown
+
+METHODS = ("fedavg", "fedavg-lr-0.2")
+
+
+def records(grid, method, seed):
+    """(summary, metrics.jsonl rows) of one cell, read with json only."""
+    (run,) = (grid / "default" / method / f"seed{seed}").glob("*-*")
+    return json.loads((run / "summary.json").read_text()), [json.loads(x) for x in (run / "metrics.jsonl").open()]
+
+
+def test_summary_equals_the_records(tiny_grid):
+    s = summarize(load_results([tiny_grid]))["settings"]["default"]
+    assert s["metric"] == "acc" and s["clients"] == ["client0", "client1", "client2"] and s["baseline"] == "FedAvg"
+    for label, method in zip(("FedAvg", "FedAvg lr 0.2"), METHODS):
+        c = s["methods"][label]
+        recs = [records(tiny_grid, method, seed) for seed in (0, 1)]
+        finals = [r[0]["final"]["eval"]["mean"]["test_acc"] for r in recs]
+        bests = [r[0]["best"]["eval"]["mean"]["test_acc"] for r in recs]
+        assert c["n"] == 2 and c["seeds"] == [0, 1]
+        assert c["final"]["values"] == finals and c["final"]["mean"] == pytest.approx(statistics.mean(finals))
+        assert c["final"]["std"] == pytest.approx(statistics.stdev(finals))
+        assert c["best"]["values"] == bests and c["best"]["std"] == pytest.approx(statistics.stdev(bests))
+        for client in s["clients"]:
+            per = [r[0]["final"]["eval"]["clients"][client]["test"]["acc"] for r in recs]
+            assert c["clients_final"][client]["values"] == per
+        totals = [r[0]["comm_total"]["down"] + r[0]["comm_total"]["up"] for r in recs]
+        assert c["comm_bytes"]["total"] == pytest.approx(statistics.mean(totals)) and totals[0] > 0
+        assert c["comm_bytes"]["down"] == pytest.approx(statistics.mean(sum(x["comm"]["down_total"] for x in r[1])
+                                                                        for r in recs))
+        curves = [[x["eval"]["mean"]["test_acc"] for x in r[1]] for r in recs]
+        assert c["curve"]["rounds"] == [1, 2, 3]
+        assert c["curve"]["mean"] == pytest.approx([statistics.mean(v) for v in zip(*curves)])
+        assert c["curve"]["std"] == pytest.approx([statistics.stdev(v) for v in zip(*curves)])
+        assert c["seconds"] == pytest.approx(statistics.mean(sum(x["time"]["train_s"] + x["time"]["eval_s"]
+                                                                 for x in r[1]) for r in recs))
+    base = [records(tiny_grid, "fedavg", seed)[0]["final"]["eval"]["mean"]["test_acc"] for seed in (0, 1)]
+    other = s["methods"]["FedAvg lr 0.2"]["final"]["values"]
+    vs = s["methods"]["FedAvg lr 0.2"]["vs_baseline"]["final"]
+    assert vs["n"] == 2 and vs["diff"] == pytest.approx(statistics.mean(o - b for o, b in zip(other, base)))
+    if vs["p"] is not None:
+        assert vs["p"] == pytest.approx(stats.ttest_rel(other, base).pvalue)
+    assert "vs_baseline" not in s["methods"]["FedAvg"]
+
+
+def test_markdown_table_shows_the_summary_numbers(tiny_grid):
+    summary = summarize(load_results([tiny_grid]))
+    md = to_markdown(comparison_tables(summary))
+    c = summary["settings"]["default"]["methods"]["FedAvg lr 0.2"]
+    f, b = c["final"], c["best"]
+    diff = c["vs_baseline"]["final"]["diff"]
+    row = next(line for line in md.splitlines() if line.startswith("| FedAvg lr 0.2 | 2 |"))
+    assert f"| {100 * f['mean']:.2f} ± {100 * f['std']:.2f} | {100 * diff:+.2f} |" in row
+    assert f"| {100 * b['mean']:.2f} ± {100 * b['std']:.2f} |" in row
+    assert f"| {c['comm_bytes']['total'] / 1e6:.3f} |" in row
+    assert "| FedAvg | 2 |" in md and "| baseline |" in md
+    assert md.count("| method | client0 | client1 | client2 | mean over clients |") == 2
+
+
+def test_csv_has_the_unrounded_numbers(tiny_grid):
+    summary = summarize(load_results([tiny_grid]))
+    rows = list(csv.DictReader(io.StringIO(comparison_csv(summary))))
+    assert [r["method"] for r in rows] == ["FedAvg", "FedAvg lr 0.2"]
+    c = summary["settings"]["default"]["methods"]["FedAvg lr 0.2"]
+    assert float(rows[1]["final_mean"]) == c["final"]["mean"] and float(rows[1]["best_std"]) == c["best"]["std"]
+    assert float(rows[1]["final_client1"]) == c["clients_final"]["client1"]["mean"]
+    assert rows[0]["final_diff"] == "" and rows[1]["pairs"] == "2" and rows[0]["seeds"] == "0 1"
+
+
+def test_write_tables_and_missing_cells(tiny_grid, tmp_path):
+    files = write_tables(tiny_grid)
+    assert json.loads(files["json"].read_text()) == json.loads(json.dumps(summarize(load_results([tiny_grid]))))
+    assert "kind: stand-in" in files["markdown"].read_text().lower()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "grid.json").write_text((tiny_grid / "grid.json").read_text())
+    summary = summarize(load_results([empty]))
+    assert summary["settings"]["default"]["methods"]["FedAvg"] == {"n": 0}
+    assert len(summary["missing"]) == 4 and summary["missing"][0] == "default | FedAvg | seed 0: not started"
+    assert "| FedAvg | 0 | not run |" in to_markdown(comparison_tables(summary))
+
+
+def test_loose_run_directories_group_by_config(tiny_grid, tmp_path):
+    runs = sorted(tiny_grid.glob("default/*/seed*/*-*"))
+    res = load_results(runs[::-1])
+    assert res.methods == ["fedavg-lr-0.2", "fedavg"] and res.baseline == "fedavg-lr-0.2"
+    assert [r.seed for r in res.cell_runs("default", "fedavg")] == [0, 1]
+    assert load_results([tiny_grid / "default"]).methods == ["fedavg", "fedavg-lr-0.2"]  # searched for runs
+    with pytest.raises(ConfigError, match=r"runs '.*' and '.*' have the same config and seed 0"):
+        load_results([runs[0], runs[0]])
+    with pytest.raises(ConfigError, match="is a grid directory; give it alone"):
+        load_results([tiny_grid, runs[0]])
+    with pytest.raises(ConfigError, match="no run directories under"):
+        load_results([tmp_path])
+
+
+def test_methods_that_share_a_name_are_told_apart_by_their_config(tiny_grid, tmp_path):
+    for k, run in enumerate(sorted(tiny_grid.glob("default/*/seed0/*-*"))):
+        shutil.copytree(run, tmp_path / f"r{k}")
+        cfg = tmp_path / f"r{k}" / "config.toml"
+        cfg.write_text(re.sub(r'name = ".*"', 'name = "same"', cfg.read_text()))
+    assert load_results([tmp_path]).methods == ["same", "same (train.lr=0.2)"]
