@@ -21,8 +21,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# Optional Debian data packages (see docs/data.md): Fashion-MNIST, espeak-ng (spoken digits), mricron-data (brain MRI).
-debs=(dataset-fashion-mnist espeak-ng mricron-data)
+# Optional Debian data packages (see docs/data.md): Fashion-MNIST, espeak-ng (spoken digits), mricron-data (brain MRI);
+# chromium renders `fedaug report` pages headless in tests/report/test_browser.py.
+debs=(dataset-fashion-mnist espeak-ng mricron-data chromium)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,125 @@
+"""``fedaug report``: self-contained HTML, Markdown with image files, every number from the records."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import davies_bouldin_score
+
+from fedaug.core.errors import ConfigError
+from fedaug.report.document import Heading, Image, Paragraph, Table, to_html, to_markdown
+from fedaug.report.features import embed, run_features
+from fedaug.report.page import write_report
+from fedaug.report.results import load_results, summarize
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Cells(HTMLParser):
+    """Collects every table's rows (lists of cell texts) and every img's src."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.imgs: list[str] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "img":
+            self.imgs.append(dict(attrs)["src"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def md_rows(md: str) -> list[list[str]]:
+    return [[c.strip().replace("\\|", "|") for c in line.strip("|").split(" | ")]
+            for line in md.splitlines() if line.startswith("| ")]
+
+
+@pytest.fixture(scope="module")
+def report(tiny_grid, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return write_report([tiny_grid], out, features="pca", per_client=100), tiny_grid
+
+
+def test_html_is_self_contained_and_its_images_are_the_pngs(report):
+    files, _ = report
+    html = files["html"].read_text()
+    parser = Cells()
+    parser.feed(html)
+    assert len(parser.imgs) == 4  # curves, per-client bars, comm vs accuracy, features
+    assert all(src.startswith("data:image/png;base64,") for src in parser.imgs)
+    pngs = sorted((files["html"].parent / "report_files").glob("*.png"))
+    assert sorted(base64.b64decode(src.split(",", 1)[1]) for src in parser.imgs) == sorted(p.read_bytes() for p in pngs)
+    assert all(p.read_bytes().startswith(PNG) for p in pngs)
+    assert not re.search(r"https?://|<script|<link|@import|url\(", html)
+
+
+def test_markdown_refers_to_the_image_files_and_shows_the_html_tables(report):
+    files, _ = report
+    md = files["markdown"].read_text()
+    for name in ("curves-default.png", "clients-default.png", "comm-default.png", "features-default.png"):
+        assert f"(report_files/{name})" in md
+    parser = Cells()
+    parser.feed(files["html"].read_text())
+    assert parser.rows == md_rows(md)
+
+
+def test_report_numbers_equal_the_records(report):
+    files, grid = report
+    numbers = json.loads(files["json"].read_text())
+    assert {k: v for k, v in numbers.items() if k != "features"} == json.loads(json.dumps(summarize(load_results([grid]))))
+    (run,) = (grid / "default" / "fedavg-lr-0.2" / "seed1").glob("*-*")
+    final = json.loads((run / "summary.json").read_text())["final"]["eval"]["clients"]["client2"]["test"]["acc"]
+    assert numbers["settings"]["default"]["methods"]["FedAvg lr 0.2"]["clients_final"]["client2"]["values"][1] == final
+    c = numbers["settings"]["default"]["methods"]["FedAvg lr 0.2"]["clients_final"]["client2"]
+    assert f"{100 * c['mean']:.2f} ± {100 * c['std']:.2f}" in files["markdown"].read_text()
+
+
+def test_feature_analysis_scores_equal_an_independent_computation(report):
+    files, grid = report
+    feats = json.loads(files["json"].read_text())["features"]["default"]
+    assert [f["method"] for f in feats] == ["FedAvg", "FedAvg lr 0.2"] and all(f["seed"] == 0 for f in feats)
+    run = load_results([grid]).cell_runs("default", "FedAvg")[0]
+    f = run_features(run, per_client=100)
+    assert f["features"].shape == (36, 8) and f["stage"] == "pool" and f["round"] == 3  # 3 clients x 12 test samples
+    x = f["features"].numpy()
+    assert feats[0]["samples"] == 36
+    assert feats[0]["db_client"] == pytest.approx(davies_bouldin_score(x, f["clients"]))
+    assert feats[0]["db_class"] == pytest.approx(davies_bouldin_score(x, f["classes"].numpy()))
+    assert f"{feats[0]['db_client']:.3f}" in files["markdown"].read_text()
+
+
+def test_embeddings():
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=(40, 6)).astype("float32"))
+    assert embed(x, "pca").shape == (40, 2)
+    y = embed(x, "tsne", seed=3)
+    assert y.shape == (40, 2) and np.array_equal(y, embed(x, "tsne", seed=3))
+    with pytest.raises(ConfigError, match="unknown embedding 'umap'; choose from pca, tsne"):
+        embed(x, "umap")
+
+
+def test_document_rendering_escapes_text():
+    blocks = [Heading(1, "a <b>"), Paragraph("x `k=v` & y"), Table(["m", "v|w"], [["<i>", "1"]]),
+              Image("p.png", PNG, 'alt "q"')]
+    html = to_html(blocks, "t & t")
+    assert "<h1>a &lt;b&gt;</h1>" in html and "<p>x <code>k=v</code> &amp; y</p>" in html
+    assert "<td>&lt;i&gt;</td>" in html and 'alt="alt &quot;q&quot;"' in html and "<title>t &amp; t</title>" in html
+    assert to_markdown(blocks, "f") == '# a <b>\n\nx `k=v` & y\n\n| m | v\\|w |\n|---|---:|\n| <i> | 1 |\n\n![alt "q"](f/p.png)\n'
