@@ -41,16 +41,16 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
         "FedAvg lr 0.02": ["train.lr=0.02"],
     }),
     "smartwatch": ("fedfa_smartwatch", [], {
-        "FedAvg": ["method.augs=[]"],
+        "FedAvg": ["method.augs=[]", "method.options={}"],
         "FedFA": [],
     }),
     "brain2d": ("vfda_brain_mri_2d", [], {
-        "FedAvg": ["method.augs=[]"],
+        "FedAvg": ["method.augs=[]", "method.options={}"],
         "VFDA": [],
         "VFDA w/o Global": ["method.options.vfda.global_variance=false"],
     }),
     "brain3d": ("vfda_brain_mri_3d", [], {
-        "FedAvg": ["method.augs=[]"],
+        "FedAvg": ["method.augs=[]", "method.options={}"],
         "VFDA": [],
     }),
 }
