@@ -8,9 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.errors import ConfigError
 from fedaug.report.grid import GridSpec, grid_from_args, load_grid
-from fedaug.report.runner import CellOutcome, run_grid, write_grid_file
+from fedaug.report.runner import CellError, CellOutcome, run_grid, write_grid_file
 from fedaug.report.table import write_tables
 
 
@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         try:
             run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress)
-        except FedaugError as exc:  # tabulate what finished, then report the failure
+        except CellError as exc:  # tabulate what finished, then report the failure
             failure = exc
     files = write_tables(out)
     if args.format == "json":

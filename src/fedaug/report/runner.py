@@ -35,6 +35,10 @@ GRID_FILE = "grid.json"
 STALE_EMPTY_LOCK_S = 60.0
 
 
+class CellError(FedaugError):
+    """A cell of a grid failed; the message names it and gives its error."""
+
+
 @dataclass(frozen=True)
 class Cell:
     """One (setting, method, seed) of a grid and the config it runs with."""
@@ -202,7 +206,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         Every cell's outcome, in completion order.
 
     Raises:
-        FedaugError: a cell failed; the message names it and gives its error.
+        ConfigError: ``jobs`` does not fit the cores (before anything runs).
+        CellError: a cell failed; the message names it and gives its error.
     """
     cells = plan(spec, out, jobs)
     write_grid_file(spec, out)
@@ -231,5 +236,5 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
                     pending = {f for f in pending if not f.cancelled()}
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
-        raise FedaugError(f"cell {failed[0].cell.label} failed: {failed[0].error}")
+        raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}")
     return outcomes

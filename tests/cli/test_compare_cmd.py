@@ -1,0 +1,126 @@
+"""``fedaug compare`` and ``fedaug report`` on the command line: files, output, exit codes, messages."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from fedaug.cli.main import main
+from fedaug.report.grid import load_grid, parse_grid
+from tests.report.conftest import tiny_grid_raw
+
+TINY = ["data.name=synthetic", "data.options={num_clients=3, samples_per_client=32, num_classes=4, size=8}",
+        "model.options.width=8", "train.rounds=2", "train.local_steps=1", "train.batch_size=16", "threads=1"]
+
+
+def write_grid(tmp_path, seeds=(0, 1)):
+    """The tiny test grid (tests/report/conftest.py) as a grid file."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(GRID.format(seeds=list(seeds)))
+    return path
+
+
+GRID = """# a tiny grid
+description = "tiny test grid"
+kind = "stand-in"
+seeds = {seeds}
+
+[common]
+threads = 1
+checkpoint_every = 1
+data = {{name = "synthetic", options = {{num_clients = 3, samples_per_client = 48, num_classes = 4, size = 8}}}}
+model = {{name = "small_cnn", options = {{width = 8}}}}
+train = {{rounds = 3, local_steps = 2, batch_size = 16, lr = 0.05}}
+
+[methods.FedAvg]
+
+[methods."FedAvg lr 0.2"]
+train.lr = 0.2
+"""
+
+
+def test_the_grid_file_is_the_test_grid(tmp_path):
+    assert load_grid(str(write_grid(tmp_path))).methods == parse_grid(tiny_grid_raw(), "tiny").methods
+    assert load_grid(str(write_grid(tmp_path))).common == parse_grid(tiny_grid_raw(), "tiny").common
+
+
+def test_compare_grid_file_writes_the_tables_and_reruns_nothing(tmp_path, capsys):
+    grid = write_grid(tmp_path, seeds=[0])
+    out = tmp_path / "out"
+    assert main(["compare", str(grid), "--out", str(out), "--set", "train.rounds=2"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count(": ran in ") == 2 and "[2/2] default | FedAvg lr 0.2 | seed 0: ran" in captured.err
+    assert "| FedAvg | 1 |" in captured.out and "| FedAvg lr 0.2 | 1 |" in captured.out and "n/a (n=1)" in captured.out
+    assert captured.out.rstrip().endswith(f"{out / 'table.json'}")
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    summary = json.loads((out / "table.json").read_text())
+    assert float(rows[0]["final_mean"]) == summary["settings"]["default"]["methods"]["FedAvg"]["final"]["mean"]
+    assert summary["grid"]["overrides"] == ["train.rounds=2"]
+    assert main(["compare", str(grid), "--out", str(out), "--set", "train.rounds=2", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("done before") == 2 and json.loads(captured.out) == summary
+
+
+def test_compare_from_the_command_line_then_report(tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = ["compare", "--method", "A", "--method", "B", "train.lr=0.2", "--seeds", "0", "1", "--set", *TINY,
+            "--baseline", "B", "--out", str(out), "-q"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "| A | 2 |" in captured.out and "Δ final vs B" in captured.out
+    assert sorted(p.relative_to(out).as_posix().rsplit("-", 2)[0] for p in out.glob("default/*/seed*/*-*")) == [
+        "default/a/seed0/a", "default/a/seed1/a", "default/b/seed0/b", "default/b/seed1/b"]
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"html: {out / 'report' / 'report.html'}", f"markdown: {out / 'report' / 'report.md'}",
+                       f"json: {out / 'report' / 'report.json'}"]
+    assert "| B | 2 |" in (out / "report" / "report.md").read_text()
+    runs = sorted(out.glob("default/*/seed*/*-*"))
+    assert main(["report", *map(str, runs), "--out", str(tmp_path / "loose")]) == 0
+    assert "| a | 2 |" in (tmp_path / "loose" / "report.md").read_text()
+
+
+def test_table_only_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compare", str(write_grid(tmp_path)), "--out", str(out), "--table-only"]) == 0
+    assert "| FedAvg | 0 | not run |" in capsys.readouterr().out
+    assert not list(out.glob("default/*/seed*/*"))
+    assert "Not included (4 cells not finished)" in (out / "table.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare"], "give a grid file (fedaug list grids) or at least one --method LABEL"),
+    (["compare", "GRID", "--method", "A"], "give a grid file or --method on the command line, not both"),
+    (["compare", "--method", "A", "--base", "digit4"], "'base' = 'digit4' is neither a preset nor a TOML file"),
+    (["compare", "--method", "A", "method.augs=[fedfaa]"], "method 'A': unknown method 'fedfaa'"),
+    (["compare", "--method", "A", "--jobs", "99"], "--jobs must be between 1 and the"),
+    (["compare", "nogrid"], "'nogrid' is neither a shipped grid nor a grid file"),
+    (["report", "a", "b"], "give --out when reporting on several run directories"),
+    (["report", "nowhere"], "'nowhere' is neither a run directory"),
+])
+def test_errors_exit_2_with_the_message(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if "GRID" in args:
+        args[args.index("GRID")] = str(write_grid(tmp_path))
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_failing_cell_exits_2_after_writing_the_table(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["compare", "--method", "A", "data.options.num_clients=0", "--set", *TINY[:1], "--out", str(out), "-q"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "cell default | A | seed 0 failed: synthetic.num_clients must be >= 1" in captured.err
+    assert "| A | 0 | not run |" in captured.out and (out / "table.md").is_file()
+
+
+def test_list_grids_and_help(capsys):
+    assert main(["list", "grids"]) == 0
+    assert capsys.readouterr().out.startswith("grids:\n")
+    for sub in ("compare", "report"):
+        with pytest.raises(SystemExit) as info:
+            main([sub, "--help"])
+        assert info.value.code == 0 and f"usage: fedaug {sub}" in capsys.readouterr().out
