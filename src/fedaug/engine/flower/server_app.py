@@ -205,19 +205,23 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
     return server.run(run_dir, Progress(cfg.train.rounds))
 
 
-def make_server_app(defaults: Mapping[str, Any] | None = None) -> ServerApp:
+def make_server_app(defaults: Mapping[str, Any] | None = None,
+                    on_summary: Callable[[dict[str, Any]], None] | None = None) -> ServerApp:
     """fedaug's ServerApp.
 
     Args:
         defaults: run config entries used where ``context.run_config`` has none (Flower's Python
             simulation API passes no run config: the config travels here).
+        on_summary: called with the run's summary when it ends.
     """
     app = ServerApp()
     base = dict(defaults or {})
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, {**base, **context.run_config})
+        summary = run_server(grid, {**base, **context.run_config})
+        if on_summary is not None:
+            on_summary(summary)
 
     return app
 
