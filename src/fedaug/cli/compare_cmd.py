@@ -4,8 +4,8 @@ seeds (resumable, optionally in parallel) and write one comparison table (docs/c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
 from pathlib import Path
 
 from fedaug.core.errors import ConfigError
@@ -69,10 +69,15 @@ def main(args: argparse.Namespace) -> int:
     if args.table_only:
         write_grid_file(spec, out)
     else:
+        t0 = time.perf_counter()
         try:
-            run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress)
+            outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress)
         except CellError as exc:  # tabulate what finished, then report the failure
-            failure = exc
+            failure, outcomes = exc, []
+        if not args.quiet and failure is None:
+            worked = sum(o.status in ("ran", "resumed") for o in outcomes)
+            print(f"wall time: {time.perf_counter() - t0:.0f} s for {worked} of {len(outcomes)} cells run "
+                  f"(--jobs {args.jobs})", file=sys.stderr)
     files = write_tables(out)
     if args.format == "json":
         print(files["json"].read_text(), end="")

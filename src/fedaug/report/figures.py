@@ -100,13 +100,17 @@ def features_png(panels: Sequence[dict[str, Any]]) -> bytes:
     Args:
         panels: ``{"method", "coords" (N, 2) array, "clients" (N,) client names, "title"}`` each.
     """
+    from matplotlib import colormaps
+
     fig, axes = _figure(3.4 * len(panels) + 0.6, 3.6, ncols=len(panels))
+    palette = colormaps["Dark2"].colors  # 8 colours, none of them a method colour
     for ax, panel in zip(axes, panels):
         names = list(dict.fromkeys(panel["clients"]))
         labels = np.asarray(panel["clients"])
         for j, name in enumerate(names):
             pts = panel["coords"][labels == name]
-            ax.scatter(pts[:, 0], pts[:, 1], s=6, alpha=0.7, color=f"C{(j + 3) % 10}", label=name)
+            ax.scatter(pts[:, 0], pts[:, 1], s=7, alpha=0.8, color=palette[j % len(palette)],
+                       marker="osD^v<>p"[j // len(palette) % 8], label=name)
         ax.set_title(panel["title"], fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])

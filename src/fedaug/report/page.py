@@ -101,6 +101,7 @@ def write_report(paths: Sequence[str | Path], out: Path, *, features: str | None
     files = {"html": out / "report.html", "markdown": out / "report.md", "json": out / "report.json"}
     atomic_write_text(files["html"], to_html(blocks, title))
     atomic_write_text(files["markdown"], to_markdown(blocks, IMAGE_DIR))
-    numbers = {k: [{key: v for key, v in a.items() if key != "coords"} for a in vs] for k, vs in (analyses or {}).items()}
+    numbers = {k: [{key: v for key, v in a.items() if key not in ("coords", "clients")} for a in vs]
+               for k, vs in (analyses or {}).items()}  # per-point data stays in the figure
     atomic_write_json(files["json"], {**summary, "features": numbers})
     return files
