@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from fedaug.config.schema import validate
 from fedaug.core.rng import scoped_global_seed
+from fedaug.core.runtime import retain_freed_memory
 from fedaug.engine.simulate import build_simulation
 from fedaug.layers import FFALayer, attach, stage_channels
 from fedaug.models import build_model
@@ -138,6 +139,7 @@ def main() -> None:
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     torch.set_num_threads(args.threads)
+    retain_freed_memory()  # as in every fedaug run (fedaug.core.runtime)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.repeats} interleaved repeats x "
           f"{args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
     print("| model | input | batch | ms/step none | FFA ratio | autograd FFA ratio | InstanceNorm ratio | FFA / IN |")
