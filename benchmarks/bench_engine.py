@@ -21,6 +21,8 @@ import time
 
 import torch
 
+from fedaug.core.runtime import retain_freed_memory
+
 
 def data_options(num_clients: int, samples: int, channels: int = 3) -> dict:
     return {"num_clients": num_clients, "samples_per_client": samples, "num_classes": 10,
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating engine/bare repeats")
     args = parser.parse_args()
+    retain_freed_memory()  # a process setting of every fedaug run: the bare loop gets it too
     rounds, steps, repeats = (3, 5, 1) if args.quick else (6, 20, args.repeats)
     warm = 1  # the first round pays one-time costs (lazy imports, allocator warm-up) in both
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fedaug.core.rng import scoped_global_seed
+from fedaug.core.runtime import retain_freed_memory
 from fedaug.models import MODELS, build_model
 
 # name: (in_channels, num_classes, input shape without batch, label shape without batch)
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    retain_freed_memory()  # as in every fedaug run (fedaug.core.runtime)
     missing = sorted(set(MODELS.names()) - set(INPUTS))
     if missing:
         raise SystemExit(f"no benchmark input for model(s) {', '.join(missing)}; add them to INPUTS")
