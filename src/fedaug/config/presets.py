@@ -10,16 +10,17 @@ from fedaug.core.errors import ConfigError, unknown_name
 _DIR = Path(str(resources.files("fedaug") / "presets"))
 
 
-def _scan() -> dict[str, str]:
+def describe_files(directory: Path) -> dict[str, str]:
+    """``stem -> first comment line`` of every ``*.toml`` in ``directory`` (presets, grids)."""
     out = {}
-    for path in sorted(_DIR.glob("*.toml")):
+    for path in sorted(directory.glob("*.toml")):
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         out[path.stem] = first.lstrip("# ").strip()
     return out
 
 
 #: preset name -> one-line description
-PRESETS: dict[str, str] = _scan()
+PRESETS: dict[str, str] = describe_files(_DIR)
 
 
 def preset_path(name: str) -> Path:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.load import apply_overrides, parse_config, read_toml
-from fedaug.config.presets import PRESETS, preset_path
+from fedaug.config.presets import PRESETS, describe_files, preset_path
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
 from fedaug.data.registry import check_dataset_options
@@ -50,16 +50,8 @@ RESERVED = ("seed", "name", "out_dir")
 DEFAULT_SETTING = "default"
 
 
-def _scan() -> dict[str, str]:
-    out = {}
-    for path in sorted(GRID_DIR.glob("*.toml")):
-        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
-        out[path.stem] = first.lstrip("# ").strip()
-    return out
-
-
 #: shipped grid name -> one-line description
-GRIDS: dict[str, str] = _scan()
+GRIDS: dict[str, str] = describe_files(GRID_DIR)
 
 
 def slug(label: str) -> str:

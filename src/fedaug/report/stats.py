@@ -19,8 +19,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     Raises:
         ValueError: ``values`` is empty.
 
-    >>> mean_std([0.5, 0.7])
-    (0.6, 0.1414213562373095)
+    >>> mean_std([0.25, 0.75])
+    (0.5, 0.3535533905932738)
     """
     if not values:
         raise ValueError("mean_std needs at least one value")
