@@ -29,8 +29,10 @@ for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null \
-      || echo "setup: could not install ${missing[*]}; datasets that need them are skipped" >&2
+      || echo "setup: could not install ${missing[*]}; tests of datasets that need them are skipped," \
+              "tests/report/test_browser.py fails without chromium" >&2
   else
-    echo "setup: not root: skipping Debian data packages ${missing[*]}; tests that need them are skipped" >&2
+    echo "setup: not root: not installing Debian packages ${missing[*]}; tests of datasets that need them" \
+         "are skipped, tests/report/test_browser.py fails without chromium (apt-get install chromium)" >&2
   fi
 fi
