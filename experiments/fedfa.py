@@ -3,7 +3,8 @@
 Run: ``nice -n 5 .venv/bin/python experiments/fedfa.py GRID [--seeds 0 1 2] [--out runs/fedfa]``
 then ``.venv/bin/python experiments/fedfa.py GRID --table`` for the Markdown table (mean +/- std
 over seeds of the final mean client test metric). GRID is one of ``digits4``, ``smartwatch``,
-``brain2d``, ``brain3d`` and ``digits4-why`` (follow-up runs on why FedFA trails FedAvg). A
+``brain2d``, ``brain3d``, ``digits4-why`` and ``smartwatch-why`` (follow-up runs on why FedFA
+trails FedAvg). A
 finished run (``summary.json`` present) is skipped; an interrupted one is resumed from its newest
 checkpoint, so the command can be re-run until the grid is complete.
 """
@@ -43,6 +44,12 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
     "smartwatch": ("fedfa_smartwatch", [], {
         "FedAvg": ["method.augs=[]", "method.options={}"],
         "FedFA": [],
+    }),
+    # why FedFA trails FedAvg on sensor windows: placement, p, the client-specific variance alone
+    "smartwatch-why": ("fedfa_smartwatch", [], {
+        "FedFA at block3": ["method.options.fedfa.at=[block3]"],
+        "FedFA p=0.2": ["method.options.fedfa.p=0.2"],
+        "FedFA-C": ["method.options.fedfa.variance=client"],
     }),
     "brain2d": ("vfda_brain_mri_2d", [], {
         "FedAvg": ["method.augs=[]", "method.options={}"],
