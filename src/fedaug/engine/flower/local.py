@@ -234,9 +234,11 @@ class LoopbackTrial:
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:
-    """Stop each process's group: SIGTERM, then SIGKILL for what is left after ``grace_s``."""
+    """Stop each process: SIGTERM to it (it stops its own children), then SIGKILL to its whole
+    process group for whatever is left after ``grace_s``; return once no member runs any more."""
     for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
+        if proc.poll() is None:
+            proc.terminate()
     deadline = time.monotonic() + grace_s
     for proc in procs:
         try:
@@ -245,6 +247,22 @@ def stop(procs: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:
             pass
         _signal_group(proc, signal.SIGKILL)  # children (flwr-serverapp, flwr-clientapp) too
         proc.wait()
+    while any(running_members(proc.pid) for proc in procs) and time.monotonic() < deadline + grace_s:
+        time.sleep(0.05)  # SIGKILL is delivered asynchronously
+
+
+def running_members(pgid: int) -> list[int]:
+    """Process ids of the group's members that still run (zombies excluded; Linux ``/proc``, else empty)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it ended while we looked
+            continue
+        state, _, pgrp = text[text.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

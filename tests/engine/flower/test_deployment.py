@@ -1,0 +1,78 @@
+"""A real Flower deployment on loopback: a SuperLink and two SuperNodes started here, two rounds
+with ``flwr run``, every process stopped afterwards; once in the clear, once with TLS (a trial CA)
+and SuperNode authentication. Slow (each message starts a ClientApp process that imports torch)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower extra: pip install 'fedaug[flower]'")
+
+from fedaug.engine.flower.app import write_app  # noqa: E402
+from fedaug.engine.flower.local import Command, LoopbackTrial, free_port, running_members, stop  # noqa: E402
+from fedaug.engine.flower.tls import SuperNodeKeys, write_supernode_keys  # noqa: E402
+from fedaug.engine.simulate import run_experiment  # noqa: E402
+from tests.engine.flower.conftest import flower_cfg, records  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_stop_ends_a_process_group_and_running_members_sees_it(tmp_path):
+    trial = LoopbackTrial(tmp_path / "app", tmp_path, 1)
+    proc = trial.spawn(Command("sleeper", ["sh", "-c", "sleep 60 & wait"], tmp_path / "home"))
+    try:
+        for _ in range(600):  # until the shell has started its child
+            if len(running_members(proc.pid)) == 2:
+                break
+            time.sleep(0.05)
+        assert proc.pid in running_members(proc.pid) and len(running_members(proc.pid)) == 2
+    finally:
+        stop([proc], grace_s=1.0)
+    assert running_members(proc.pid) == []
+
+
+def run_trial(tmp_path, **security):
+    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2)
+    app = write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120)
+    trial = LoopbackTrial(app, tmp_path, 2, **security)
+    with trial.running() as procs:
+        assert len(procs) == 3 and all(p.poll() is None for p in procs)
+        trial.call(trial.flwr_run(), timeout=420)
+        intruder = None
+        if security.get("auth"):  # a SuperNode whose key was never registered is turned away
+            keys = write_supernode_keys(SuperNodeKeys.under(tmp_path / "keys", 9))
+            argv = trial.supernode(1).argv
+            argv[argv.index("--auth-supernode-private-key") + 1] = str(keys.private)
+            argv[argv.index("--port") + 1] = str(free_port())
+            intruder = trial.spawn(Command("intruder", argv + ["--max-retries", "1"], tmp_path / "intruder"))
+            try:
+                assert intruder.wait(timeout=120) != 0
+            finally:
+                stop([intruder])
+    assert not any(running_members(p.pid) for p in procs + ([intruder] if intruder else []))  # all stopped
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return cfg, run_dir
+
+
+def in_process_records(cfg, tmp_path):
+    cfg.out_dir = str(tmp_path / "in-process")
+    _, run_dir = run_experiment(cfg, quiet=True)
+    return records(run_dir.path)
+
+
+def test_loopback_deployment_runs_two_rounds_with_the_in_process_numbers(tmp_path):
+    cfg, run_dir = run_trial(tmp_path)
+    got = records(run_dir)
+    assert [r["round"] for r in got] == [1, 2] and all(r["dropped"] == [] for r in got)
+    assert got == in_process_records(cfg, tmp_path)
+
+
+def test_loopback_deployment_with_tls_and_supernode_authentication(tmp_path):
+    cfg, run_dir = run_trial(tmp_path, tls=True, auth=True)
+    got = records(run_dir)
+    assert [r["round"] for r in got] == [1, 2] and all(r["dropped"] == [] for r in got)
+    assert got == in_process_records(cfg, tmp_path)
+    assert (tmp_path / "certs" / "ca.crt").is_file()
+    assert "registered successfully" in (tmp_path / "register-0.log").read_text()

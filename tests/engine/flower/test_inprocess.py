@@ -1,0 +1,105 @@
+"""fedaug's ServerApp and ClientApp over Flower's message path in one process: same numbers as the
+in-process engine, per-client state in context.state, departures recorded, bad node configs named."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower extra: pip install 'fedaug[flower]'")
+
+from fedaug.core.errors import FedaugError  # noqa: E402
+from fedaug.engine.flower.client_app import make_client_app  # noqa: E402
+from fedaug.engine.flower.inprocess import partition_configs, run_in_process  # noqa: E402
+from fedaug.engine.simulate import run_experiment  # noqa: E402
+from tests.engine.flower.conftest import METHODS, records  # noqa: E402
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_flower_path_gives_the_in_process_engines_numbers(tmp_cfg, method):
+    cfg = tmp_cfg(method, participation=0.67)  # 2 of 3 clients a round: sampling matters
+    expected, run_dir = run_experiment(cfg, quiet=True)
+    got = run_in_process(cfg, 3)
+    assert records(got["run_dir"]) == records(run_dir.path)  # every round: sampled, losses, bytes, eval
+    for key in ("final", "best", "comm_total", "clients", "metric", "rounds"):
+        assert got[key] == expected[key], key
+    if method == "flea":  # the post-aggregation query went over Flower messages and was counted
+        assert all(r["after_aggregate"]["up"]["flea"] > 0 for r in records(got["run_dir"]))
+
+
+def test_per_client_state_lives_in_context_state(tmp_cfg):
+    cfg = tmp_cfg("fedavg-bn-local")
+    seen = []
+
+    def client(msg, context):
+        reply = app(msg, context)
+        if msg.metadata.message_type == "train":
+            seen.append((context.node_config["partition-id"], sorted(context.state)))
+        return reply
+
+    app = make_client_app()
+    run_in_process(cfg, 3, client=client)
+    assert {cid for cid, _ in seen} == {0, 1, 2}
+    assert all(keys == ["fedaug.state.arrays", "fedaug.state.tree"] for _, keys in seen)
+
+
+def failing(fail_client: int, fail_round: int, *, silent: bool = False):
+    """fedaug's ClientApp, except that one client raises (or never answers) when training ``fail_round``."""
+    app = make_client_app()
+
+    def client(msg, context):
+        header = msg.content.config_records.get("fedaug", {})
+        if (msg.metadata.message_type == "train" and context.node_config["partition-id"] == fail_client
+                and header.get("round") == fail_round):
+            if silent:
+                return None
+            raise RuntimeError("disk full")
+        return app(msg, context)
+
+    return client
+
+
+def test_a_client_that_fails_mid_run_is_recorded_and_the_run_completes(tmp_cfg):
+    cfg = tmp_cfg("fedfa")
+    summary = run_in_process(cfg, 3, client=failing(fail_client=1, fail_round=2))
+    r1, r2 = records(summary["run_dir"])
+    assert r1["dropped"] == [] and set(r1["train"]["clients"]) == {"0", "1", "2"}
+    (drop,) = r2["dropped"]
+    assert drop["client"] == 1 and drop["phase"] == "train" and drop["reason"] == "error"
+    assert "disk full" in drop["detail"]
+    assert r2["sampled"] == [0, 1, 2] and set(r2["train"]["clients"]) == {"0", "2"}
+    assert summary["rounds"] == 2 and set(r2["eval"]["clients"]) == {"client0", "client1", "client2"}
+
+
+def test_a_client_that_never_answers_times_out_and_the_run_completes(tmp_cfg):
+    cfg = tmp_cfg("fedfa")
+    summary = run_in_process(cfg, 3, client=failing(fail_client=2, fail_round=1, silent=True), round_timeout=0.3)
+    r1, r2 = records(summary["run_dir"])
+    (drop,) = r1["dropped"]
+    assert (drop["client"], drop["phase"], drop["reason"]) == (2, "train", "timeout")
+    assert set(r1["train"]["clients"]) == {"0", "1"} and r2["dropped"] == []
+
+
+def test_too_few_replies_stop_the_run_naming_who_dropped(tmp_cfg):
+    cfg = tmp_cfg("fedfa", min_clients=3)
+    with pytest.raises(FedaugError, match=r"round 2: only 2 of 3 .*min_clients=3.*client 1 dropped \(error"):
+        run_in_process(cfg, 3, client=failing(fail_client=1, fail_round=2))
+
+
+@pytest.mark.parametrize("configs, message", [
+    ([{"partition-id": 0, "num-partitions": 2}, {"partition-id": 1, "num-partitions": 2}],
+     r"num-partitions=2, but dataset 'synthetic' with these options has 3 clients; start 3 SuperNodes"),
+    ([{"partition-id": 0, "num-partitions": 3}, {"partition-id": 0, "num-partitions": 3},
+      {"partition-id": 2, "num-partitions": 3}], r"partition-id 0 is claimed by SuperNodes \d+ and \d+"),
+    ([{"num-partitions": 3}] * 3, r"'partition-id' must be an integer, got None.*--node-config 'partition-id=K"),
+    ([{"partition-id": k, "num-partitions": 3, "data-dir": "/data/site"} for k in range(3)],
+     r"data-dir='/data/site', but dataset 'synthetic' reads no local directory; datasets that do: .*cifar10"),
+])
+def test_bad_node_configs_fail_with_the_fix(tmp_cfg, configs, message):
+    with pytest.raises(FedaugError, match=message):
+        run_in_process(tmp_cfg("fedfa"), 3, node_configs=configs)
+
+
+def test_missing_supernodes_fail_after_the_connect_timeout(tmp_cfg):
+    with pytest.raises(FedaugError, match=r"only 2 of 3 clients have a SuperNode after 0.2 s \(partition ids seen: \[0, 1\]\)"):
+        run_in_process(tmp_cfg("fedfa"), 3, node_configs=partition_configs(3)[:2], connect_timeout=0.2)
+
