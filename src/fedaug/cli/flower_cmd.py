@@ -123,5 +123,5 @@ def run_main(args: argparse.Namespace) -> int:
         from fedaug.engine.flower.simulation import run_flower_simulation as run
     else:
         from fedaug.engine.flower.inprocess import run_in_process as run
-    summary = run(cfg, _num_clients(cfg))
+    summary = run(cfg, _num_clients(cfg), quiet=args.quiet)
     return finish(summary, RunDir(summary["run_dir"]), args.format)

@@ -124,7 +124,8 @@ def partition_configs(num_clients: int) -> list[dict[str, int]]:
 
 
 def run_in_process(cfg: RunConfig, num_clients: int, *, client: ClientFn | None = None,
-                   node_configs: Sequence[Mapping[str, Any]] | None = None, **settings: Any) -> dict[str, Any]:
+                   node_configs: Sequence[Mapping[str, Any]] | None = None, quiet: bool = False,
+                   **settings: Any) -> dict[str, Any]:
     """Run ``cfg`` through fedaug's ServerApp and ClientApp over an :class:`InProcessGrid`.
 
     Args:
@@ -132,6 +133,7 @@ def run_in_process(cfg: RunConfig, num_clients: int, *, client: ClientFn | None 
         num_clients: the dataset's number of clients (one SuperNode each).
         client: the ClientApp (default: fedaug's).
         node_configs: the SuperNodes' node configs (default: :func:`partition_configs`).
+        quiet: print no progress.
         settings: Flower run config settings (``round_timeout``, ``connect_timeout``, ``out_dir``).
 
     Returns:
@@ -140,7 +142,7 @@ def run_in_process(cfg: RunConfig, num_clients: int, *, client: ClientFn | None 
     run_config = run_config_for(cfg, **settings)
     grid = InProcessGrid(client or make_client_app(), node_configs or partition_configs(num_clients), run_config)
     with server_identity(grid.run.run_id):
-        return run_server(grid, run_config)
+        return run_server(grid, run_config, quiet)
 
 
 @contextlib.contextmanager

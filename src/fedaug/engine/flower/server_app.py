@@ -12,6 +12,7 @@ recorded as dropped and the round goes on while ``train.min_clients`` uploads ar
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -188,8 +189,10 @@ class FlowerFleet:
                                   "them on the SuperNodes and cannot take them over")
 
 
-def run_server(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Run a whole fedaug experiment over ``grid``; write its run directory; return the summary."""
+def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -> dict[str, Any]:
+    """Run a whole fedaug experiment over ``grid``; write its run directory; return the summary.
+
+    Progress goes to stderr (nothing with ``quiet``), so stdout stays the caller's."""
     settings = FlowerSettings.from_run_config(run_config)
     cfg = settings.cfg
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
@@ -200,26 +203,28 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
     fleet = FlowerFleet(grid, nodes, settings.round_timeout, recipe.base.name, task)
     server = Server(cfg, recipe, model, federation, fleet)
     run_dir = RunDir.start(cfg, settings.out_dir or None)
-    print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
-          f"run directory {run_dir.path}", flush=True)
-    return server.run(run_dir, Progress(cfg.train.rounds))
+    if not quiet:
+        print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
+              f"run directory {run_dir.path}", file=sys.stderr, flush=True)
+    return server.run(run_dir, Progress(cfg.train.rounds, quiet=quiet))
 
 
 def make_server_app(defaults: Mapping[str, Any] | None = None,
-                    on_summary: Callable[[dict[str, Any]], None] | None = None) -> ServerApp:
+                    on_summary: Callable[[dict[str, Any]], None] | None = None, quiet: bool = False) -> ServerApp:
     """fedaug's ServerApp.
 
     Args:
         defaults: run config entries used where ``context.run_config`` has none (Flower's Python
             simulation API passes no run config: the config travels here).
         on_summary: called with the run's summary when it ends.
+        quiet: print no progress.
     """
     app = ServerApp()
     base = dict(defaults or {})
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        summary = run_server(grid, {**base, **context.run_config})
+        summary = run_server(grid, {**base, **context.run_config}, quiet)
         if on_summary is not None:
             on_summary(summary)
 

@@ -25,7 +25,7 @@ def ray_available() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
-def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: float = 1.0,
+def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: float = 1.0, quiet: bool = False,
                           **settings: Any) -> dict[str, Any]:
     """Run ``cfg`` in Flower's simulation runtime with one virtual SuperNode per client.
 
@@ -33,6 +33,7 @@ def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: 
         cfg: the fedaug config.
         num_clients: the dataset's number of clients.
         cpus_per_client: CPUs Ray reserves for one ClientApp (how many run at once).
+        quiet: print no progress of fedaug's own (Flower and Ray still log).
         settings: Flower run config settings (``round_timeout``, ``connect_timeout``, ``out_dir``).
 
     Returns:
@@ -45,7 +46,7 @@ def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: 
         raise FedaugError(f"Flower simulation needs Ray: pip install '{FLWR_REQUIREMENT.replace('flwr', 'flwr[simulation]')}'")
     run_config = run_config_for(cfg, **settings)
     done: list[dict[str, Any]] = []
-    run_simulation(make_server_app(run_config, on_summary=done.append), make_client_app(run_config),
+    run_simulation(make_server_app(run_config, on_summary=done.append, quiet=quiet), make_client_app(run_config),
                    num_supernodes=num_clients,
                    backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}})
     if not done:
