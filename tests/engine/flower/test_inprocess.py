@@ -103,3 +103,30 @@ def test_missing_supernodes_fail_after_the_connect_timeout(tmp_cfg):
     with pytest.raises(FedaugError, match=r"only 2 of 3 clients have a SuperNode after 0.2 s \(partition ids seen: \[0, 1\]\)"):
         run_in_process(tmp_cfg("fedfa"), 3, node_configs=partition_configs(3)[:2], connect_timeout=0.2)
 
+
+
+def test_sites_read_their_data_dir_and_match_the_engine_reading_the_same_root(tmp_path, monkeypatch):
+    import pickle
+
+    import numpy as np
+
+    from fedaug.config.schema import validate
+    from tests.conftest import tiny_raw
+
+    monkeypatch.setenv("FEDAUG_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "site-data"  # a CIFAR-10 layout (python batches), as each site would hold it
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in [*((f"data_batch_{i}", 20) for i in range(1, 6)), ("test_batch", 20)]:
+        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": list(np.arange(n) % 10)}
+        (root / name).write_bytes(pickle.dumps(batch))
+    raw = tiny_raw(rounds=1, local_steps=1)
+    raw["data"] = {"name": "cifar10", "options": {"partition": "iid", "num_clients": 2, "min_size": 1}}
+    raw["out_dir"] = str(tmp_path / "runs")
+    site_cfg = validate(raw)  # the server's config names no directory: each site names its own
+    raw["data"]["options"]["root"] = str(root)
+    _, run_dir = run_experiment(validate(raw), quiet=True)
+    sites = [{"partition-id": k, "num-partitions": 2, "data-dir": str(root)} for k in range(2)]
+    got = run_in_process(site_cfg, 2, node_configs=sites, quiet=True)
+    assert records(got["run_dir"]) == records(run_dir.path)
+    assert "local files in" in str(got["data_info"]["sources"])
