@@ -3,8 +3,8 @@
 Run: ``nice -n 5 .venv/bin/python experiments/fedfa.py GRID [--seeds 0 1 2] [--out runs/fedfa]``
 then ``.venv/bin/python experiments/fedfa.py GRID --table`` for the Markdown table (mean +/- std
 over seeds of the final mean client test metric). GRID is one of ``digits4``, ``smartwatch``,
-``brain2d``, ``brain3d``, ``digits4-why`` and ``smartwatch-why`` (follow-up runs on why FedFA
-trails FedAvg). A finished run (``summary.json`` present) is skipped; an interrupted one is
+``brain2d``, ``brain3d``, ``brain3d-long`` (60 rounds), ``digits4-why`` and ``smartwatch-why``
+(follow-up runs on why FedFA trails FedAvg). A finished run (``summary.json`` present) is skipped; an interrupted one is
 resumed from its newest checkpoint, so the command can be re-run until the grid is complete.
 """
 
@@ -56,6 +56,10 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
         "VFDA w/o Global": ["method.options.vfda.global_variance=false"],
     }),
     "brain3d": ("vfda_brain_mri_3d", [], {
+        "FedAvg": ["method.augs=[]", "method.options={}"],
+        "VFDA": [],
+    }),
+    "brain3d-long": ("vfda_brain_mri_3d", ["train.rounds=60"], {
         "FedAvg": ["method.augs=[]", "method.options={}"],
         "VFDA": [],
     }),
