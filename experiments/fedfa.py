@@ -4,8 +4,9 @@ Run: ``nice -n 5 .venv/bin/python experiments/fedfa.py GRID [--seeds 0 1 2] [--o
 then ``.venv/bin/python experiments/fedfa.py GRID --table`` for the Markdown table (mean +/- std
 over seeds of the final mean client test metric). GRID is one of ``digits4``, ``smartwatch``,
 ``brain2d``, ``brain3d``, ``brain3d-long`` (60 rounds), ``digits4-why`` and ``smartwatch-why``
-(follow-up runs on why FedFA trails FedAvg). A finished run (``summary.json`` present) is skipped; an interrupted one is
-resumed from its newest checkpoint, so the command can be re-run until the grid is complete.
+(follow-up runs on why FedFA trails FedAvg). A finished run (``summary.json`` present) is
+skipped; an interrupted one is resumed from its newest checkpoint, so the command can be re-run
+until the grid is complete.
 """
 
 from __future__ import annotations
