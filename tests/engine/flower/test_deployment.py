@@ -35,6 +35,7 @@ def test_stop_ends_a_process_group_and_running_members_sees_it(tmp_path):
 
 def run_trial(tmp_path, **security):
     cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2)
+    cfg.eval.every = 2  # evaluate after the last round only: each message starts a ClientApp process
     app = write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120)
     trial = LoopbackTrial(app, tmp_path, 2, **security)
     with trial.running() as procs:

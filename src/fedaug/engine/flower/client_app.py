@@ -72,6 +72,9 @@ class Site:
 def node_identity(node_config: Mapping[str, Any]) -> tuple[int, int, str | None]:
     """``(partition-id, num-partitions, data-dir or None)`` from a SuperNode's node config.
 
+    >>> node_identity({"partition-id": 1, "num-partitions": 3, "data-dir": "/data/site1"})
+    (1, 3, '/data/site1')
+
     Raises:
         ConfigError: a key is missing or has the wrong type, naming the fix.
     """

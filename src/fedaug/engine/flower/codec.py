@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import Message, Part
+from fedaug.core.payload import Message
 
 PART = "part."
 

@@ -40,6 +40,12 @@ class FlowerSettings:
         round_timeout: seconds to wait for one phase's replies (``None``: no limit).
         connect_timeout: seconds to wait for every client's SuperNode to connect.
         out_dir: where the server writes the run directory.
+
+    >>> from fedaug.config.schema import validate
+    >>> run_config = run_config_for(validate({}), round_timeout=0, fedaug_overrides="train.rounds=3")
+    >>> settings = FlowerSettings.from_run_config(run_config)
+    >>> settings.cfg.train.rounds, settings.round_timeout
+    (3, None)
     """
 
     cfg: RunConfig
