@@ -99,6 +99,17 @@ def test_bad_node_configs_fail_with_the_fix(tmp_cfg, configs, message):
         run_in_process(tmp_cfg("fedfa"), 3, node_configs=configs)
 
 
+def test_a_registered_supernode_that_never_answers_does_not_hold_up_the_run(tmp_cfg):
+    app = make_client_app()
+
+    def client(msg, context):  # a stale registration: a node with no client behind it
+        return None if context.node_config.get("stale") else app(msg, context)
+
+    configs = [*partition_configs(3), {"stale": True}]
+    summary = run_in_process(tmp_cfg("fedfa"), 3, client=client, node_configs=configs, connect_timeout=1.0)
+    assert summary["rounds"] == 2 and all(r["dropped"] == [] for r in records(summary["run_dir"]))
+
+
 def test_missing_supernodes_fail_after_the_connect_timeout(tmp_cfg):
     with pytest.raises(FedaugError, match=r"only 2 of 3 clients have a SuperNode after 0.2 s \(partition ids seen: \[0, 1\]\)"):
         run_in_process(tmp_cfg("fedfa"), 3, node_configs=partition_configs(3)[:2], connect_timeout=0.2)

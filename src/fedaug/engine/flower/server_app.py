@@ -39,6 +39,8 @@ from fedaug.metrics.tasks import Meter, Task, make_task
 
 #: the describe fields every SuperNode must agree on
 SHARED = ("num_partitions", "task", "num_classes", "input_shape")
+#: seconds to wait for one batch of describe replies before asking the silent nodes again
+DESCRIBE_WAIT_S = 30.0
 
 
 def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[Federation, dict[int, int]]:
@@ -59,7 +61,9 @@ def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[F
         if new:
             asks = [Message(RecordDict(), dst_node_id=n, message_type="query.describe", group_id="describe")
                     for n in new]
-            for rep in grid.send_and_receive(asks, timeout=max(deadline - time.monotonic(), poll_s)):
+            # a registered node that never answers (a stale one) is asked again later, not waited for
+            wait = min(max(deadline - time.monotonic(), poll_s), DESCRIBE_WAIT_S)
+            for rep in grid.send_and_receive(asks, timeout=wait):
                 if rep.has_error():
                     raise FedaugError(f"SuperNode {rep.metadata.src_node_id} cannot serve this run: {rep.error.reason}")
                 described[rep.metadata.src_node_id] = dict(rep.content.config_records["describe"])
