@@ -32,7 +32,7 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
         "FedFA-C": [*FEDFA, "method.options.fedfa.variance=client"],
         "FedFA-R": [*FEDFA, "method.options.fedfa.variance=fixed"],
     }),
-    # why FedFA trails FedAvg at 30 rounds: more rounds, a lower p, later placement, smaller lr
+    # why FedFA trails FedAvg at 30 rounds: more rounds, a lower p, later placement, smaller lr, local BN
     "digits4-why": ("digits4", [], {
         "FedAvg, 90 rounds": ["train.rounds=90"],
         "FedFA, 90 rounds": [*FEDFA, "train.rounds=90"],
@@ -40,6 +40,8 @@ GRIDS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
         "FedFA at block3-4": [*FEDFA, "method.options.fedfa.at=[block3,block4]"],
         "FedFA lr 0.02": [*FEDFA, "train.lr=0.02"],
         "FedAvg lr 0.02": ["train.lr=0.02"],
+        "FedBN": ["method.base=fedbn"],
+        "FedBN + FedFA": ["method.base=fedbn", *FEDFA],
     }),
     "smartwatch": ("fedfa_smartwatch", [], {
         "FedAvg": ["method.augs=[]", "method.options={}"],
