@@ -22,15 +22,17 @@ from fedaug.config.load import parse_config, read_toml
 from fedaug.data.base import Split
 from fedaug.data.registry import load_dataset
 from fedaug.engine.records import CONFIG, RunDir
+from fedaug.metrics.classification import ClassificationMeter
 from fedaug.models import build_model
 
 
 def accuracy(model: nn.Module, split: Split, batch: int = 256) -> float:
     model.eval()
+    meter = ClassificationMeter()
     with torch.no_grad():
-        hits = sum(int((model(split.x[i:i + batch]).argmax(1) == split.y[i:i + batch]).sum())
-                   for i in range(0, len(split), batch))
-    return hits / len(split)
+        for i in range(0, len(split), batch):
+            meter.update(model(split.x[i:i + batch]), split.y[i:i + batch])
+    return meter.result()["acc"]
 
 
 def reestimate_bn(model: nn.Module, split: Split, batch: int = 64) -> None:
