@@ -5,9 +5,10 @@ Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps
 
 For each model, every configuration is attached at the model's default ``feature_stages`` with the
 same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
-fused variance), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
+fused variance, with its compiled kernel), ``ffa-pytorch`` (the same layer with the kernel switched
+off: its pure-PyTorch custom autograd function), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
-Repeats are interleaved (none, ffa, ffa-autograd, instancenorm, none, ...); each repeat times
+Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
 ``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
 timed steps, and every ratio divides two medians of the same run.
 """
@@ -26,7 +27,7 @@ from fedaug.config.schema import validate
 from fedaug.core.rng import scoped_global_seed
 from fedaug.core.runtime import retain_freed_memory
 from fedaug.engine.simulate import build_simulation
-from fedaug.layers import FFALayer, attach, stage_channels
+from fedaug.layers import FFALayer, attach, kernel, stage_channels
 from fedaug.models import build_model
 
 # name: (in_channels, num_classes, input shape without batch, label shape without batch, batch)
@@ -55,6 +56,14 @@ class AutogradFFA(nn.Module):
         return sigma_hat * (x - mu) / sigma + mu_hat
 
 
+class PyTorchPathFFA(FFALayer):
+    """:class:`FFALayer` with the compiled kernel switched off."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        with kernel.forced("off"):
+            return super().forward(x)
+
+
 def instance_norm(channels: int, rank: int) -> nn.Module:
     return {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}[rank](channels)
 
@@ -64,6 +73,7 @@ CLOCK = time.perf_counter
 MAKERS: dict[str, Callable[[int, int], nn.Module] | None] = {
     "none": None,
     "ffa": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0)),
+    "ffa-pytorch": lambda c, rank: PyTorchPathFFA(c, p=1.0, generator=torch.Generator().manual_seed(0)),
     "ffa-autograd": lambda c, rank: AutogradFFA(c),
     "instancenorm": instance_norm,
 }
@@ -142,15 +152,16 @@ def main() -> None:
     retain_freed_memory()  # as in every fedaug run (fedaug.core.runtime)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.repeats} interleaved repeats x "
           f"{args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
-    print("| model | input | batch | ms/step none | FFA ratio | autograd FFA ratio | InstanceNorm ratio | FFA / IN |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    kernel.restyle_op()  # build or load outside the timed steps
+    print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
         med = time_model(name, args.repeats, args.steps)
         base = med["none"]
         r = {k: v / base for k, v in med.items()}
         _, _, shape, _, batch = MODELS[name]
         print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.1f} | {r['ffa']:.3f} | "
-              f"{r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | {r['ffa'] / r['instancenorm']:.3f} |", flush=True)
+              f"{r['ffa-pytorch']:.3f} | {r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | {r['ffa'] / r['instancenorm']:.3f} |", flush=True)
     if args.skip_comm:
         return
     print("\n| model | clients | FedFA bytes/round (engine) | per client | Appendix D 4 sum C x 4 B |")

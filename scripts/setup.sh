@@ -20,10 +20,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,test]"
   touch "$stamp"
 fi
+# The FFA layer's compiled CPU kernel (docs/fedfa.md): built once into ~/.cache/fedaug/kernels; without
+# a C++ compiler the layer runs its pure-PyTorch path (same results, slower on small maps).
+"$VENV/bin/fedaug" kernel >/dev/null || echo "setup: the FFA kernel did not build (see above); FFA layers" \
+  "use the pure-PyTorch path, and the kernel's tests fail until g++ is installed" >&2
 
 # Optional Debian data packages (see docs/data.md): Fashion-MNIST, espeak-ng (spoken digits), mricron-data (brain MRI);
-# chromium renders `fedaug report` pages headless in tests/report/test_browser.py.
-debs=(dataset-fashion-mnist espeak-ng mricron-data chromium)
+# chromium renders `fedaug report` pages headless in tests/report/test_browser.py; g++ builds the FFA kernel.
+debs=(dataset-fashion-mnist espeak-ng mricron-data chromium g++)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if [ ${#missing[@]} -gt 0 ]; then

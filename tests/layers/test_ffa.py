@@ -1,5 +1,6 @@
 """FFALayer and its pure functions against golden values computed here from the paper's equations
-(FedFA, ICLR 2023, Eq. 2-9), with the layer's random draws reproduced from the same seed."""
+(FedFA, ICLR 2023, Eq. 2-9), with the layer's random draws reproduced from the same seed. Every test
+runs twice: through the compiled kernel and through the pure-PyTorch path."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
-from fedaug.layers import FFALayer
+from fedaug.layers import FFALayer, kernel
 from fedaug.layers.functional import (
     StatNoise,
     autograd_map,
@@ -20,6 +21,14 @@ from fedaug.layers.functional import (
 )
 
 EPS = 1e-6
+
+
+@pytest.fixture(autouse=True, params=["on", "off"], ids=["kernel", "pytorch"])
+def kernel_mode(request):
+    """Run the test with the compiled kernel required (``on``), then with it switched off."""
+    with kernel.forced(request.param):
+        yield request.param
+
 # (B=3, C=2, H=2, W=2) features with distinct per-sample statistics
 X = np.array([
     [[[1.0, 2.0], [3.0, 4.0]], [[0.0, 0.0], [1.0, 1.0]]],

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 
 from fedaug import __version__
 from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
-from fedaug.cli import compare_cmd, flower_cmd, privacy_cmd, report_cmd
+from fedaug.cli import compare_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
 from fedaug.core.errors import FedaugError
 
-SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, report_cmd, flower_cmd, list_cmd, data_cmd, privacy_cmd)
+SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, report_cmd, flower_cmd, list_cmd, data_cmd, privacy_cmd,
+               kernel_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

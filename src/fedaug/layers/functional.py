@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from fedaug.layers import kernel
+
 def _check_features(x: Tensor) -> None:
     if x.dim() < 3:
         raise ValueError(
@@ -130,7 +132,8 @@ class StatNoise:
             ignored for ``B = 1``.
         extra: added to the batch variances (the public code's 1e-6).
 
-    Attributes (after a call, with ``mult``):
+    Attributes (after a direct call ``sn(z)`` with ``mult``; the fused kernel of :func:`restyle` does
+    not set them):
         variance: ``(2, C)`` the client-specific variances of Eq. 3 (``v``).
         fused: ``(2, C)`` the sampling variances ``f`` (Eq. 7).
     """
@@ -260,12 +263,20 @@ class _Restyle(torch.autograd.Function):
         return gx.view_as(x), None, None, None
 
 
+#: dtypes the compiled kernel (:mod:`fedaug.layers.kernel`) handles; others take :class:`_Restyle`.
+_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
 def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Replace each sample's channel statistics by ``fn(mu, sigma)`` (FedFA Eq. 8; VFDA Eq. 6).
 
     Computes ``mu, sigma`` (Eq. 2) once, calls ``fn`` on them (stacked), and returns
     ``sigma_hat * (x - mu) / sigma + mu_hat`` with exact gradients w.r.t. ``x`` (through ``fn``'s
     vector-Jacobian product, so ``fn`` may couple the samples, e.g. through batch variances).
+    A :class:`StatNoise` map on a CPU float32/float64 tensor runs the fused compiled kernel
+    (:mod:`fedaug.layers.kernel`; same function, one C++ autograd node); anything else (other
+    maps, devices or dtypes, tracing by ``torch.compile``, the kernel switched off or unavailable)
+    runs :class:`_Restyle`. Double backward is not supported.
 
     Args:
         x: features ``(B, C, *spatial)``, not modified in place.
@@ -278,7 +289,15 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
         ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached (for running statistics).
     """
     _check_features(x)
-    y, z = _Restyle.apply(x, fn, eps, unbiased)
+    fusable = type(fn) is StatNoise and x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES
+    op = kernel.restyle_op() if fusable and not torch.compiler.is_compiling() else None
+    if op is None:
+        y, z = _Restyle.apply(x, fn, eps, unbiased)
+    else:
+        fixed = fn.scale is not None
+        param = fn.scale if fixed else fn.mult
+        y, z = op(x, fn.noise.to(x.dtype), param.to(x.dtype), fixed, fn.noise_scale == "std", fn.correction,
+                  fn.extra, eps, unbiased)
     return y, z[0], z[1]
 
 
