@@ -93,3 +93,14 @@ def test_missing_config_file_and_non_run_dir(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["resume", str(tmp_path)]) == 2
     assert "not a fedaug run directory" in capsys.readouterr().err
+
+
+def test_kernel_prints_the_cached_library_and_names_a_bad_mode(capsys, monkeypatch):
+    from fedaug.layers import kernel
+
+    assert main(["kernel"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"{kernel.build()}  (FEDAUG_FFA_KERNEL=auto)"
+    monkeypatch.setenv("FEDAUG_FFA_KERNEL", "maybe")
+    assert main(["kernel"]) == 2
+    assert "FEDAUG_FFA_KERNEL='maybe' is not one of auto, on, off" in capsys.readouterr().err
