@@ -7,8 +7,10 @@ Usage::
 
 Each (method, seed) is one ``digits4`` run under ``--out`` named ``<method>-s<seed>``; a finished run
 (its directory holds ``summary.json``) is skipped, an interrupted one is resumed from its checkpoint.
-The table reports the final round's mean client test accuracy (mean +/- std over the seeds that ran)
-and the total bytes each method's own message parts moved (up + down, all rounds).
+The table reports the final round's mean client test accuracy (mean +/- std over the seeds that ran),
+its per-client means, the test accuracy at the round chosen by validation, the paired t-test of
+each method against FedAvg over the shared seeds, and the total bytes each method's own message
+parts moved (up + down, all rounds).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from fedaug.config.load import load_config
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from fedaug.methods import METHODS
+from fedaug.report.stats import mean_std, paired_ttest
 
 #: label -> (augmentations, overrides); all on FedAvg.
 METHODS_GRID: dict[str, tuple[list[str], list[str]]] = {
@@ -71,45 +74,63 @@ def run(out: Path, seeds: list[int], labels: list[str], extra: list[str]) -> Non
             print(f"  final mean test acc {summary['final']['eval']['mean']['test_acc']:.4f}", flush=True)
 
 
-def collect(out: Path, labels: list[str]) -> dict[str, dict[str, list[float]]]:
-    """Per label: final mean test accuracies and per-method bytes of finished runs."""
-    rows: dict[str, dict[str, list[float]]] = {}
+def collect(out: Path, labels: list[str]) -> dict[str, dict[int, dict]]:
+    """Per label, per seed of a finished run: final mean and per-client test accuracy, the test
+    accuracy at the round chosen by validation, and the bytes the method's own parts moved."""
+    rows: dict[str, dict[int, dict]] = {}
     for label in labels:
         augs, _ = METHODS_GRID[label]
-        accs, comm = [], []
+        rows[label] = {}
         for summary_path in sorted(out.glob(f"{label.replace('+', '_')}-s*-2*/summary.json")):
             summary = json.loads(summary_path.read_text())
-            accs.append(summary["final"]["eval"]["mean"]["test_acc"])
+            seed = int(summary_path.parent.name.rsplit("-s", 1)[1].split("-")[0])
             records = [json.loads(line) for line in (summary_path.parent / "metrics.jsonl").read_text().splitlines()]
-            comm.append(sum(r["comm"]["up"].get(a, 0) + r["comm"]["down"].get(a, 0) for r in records for a in augs))
-        rows[label] = {"acc": accs, "comm": comm}
+            final = summary["final"]["eval"]
+            rows[label][seed] = {
+                "acc": final["mean"]["test_acc"],
+                "clients": {c: v["test"]["acc"] for c, v in final["clients"].items()},
+                "best": summary["best"]["eval"]["mean"]["test_acc"],
+                "comm": sum(r["comm"]["up"].get(a, 0) + r["comm"]["down"].get(a, 0) for r in records for a in augs),
+            }
     return rows
 
 
 def table(out: Path, labels: list[str], plot: Path | None) -> None:
+    """Print the Markdown table: mean +/- std over seeds, per-client means, the paired t-test of
+    each method against FedAvg over the seeds both ran, and the augmentation's traffic."""
     rows = collect(out, labels)
-    print("| method | seeds | final mean test acc (%) | augmentation traffic, all rounds |")
-    print("|---|---|---|---|")
-    for label, r in rows.items():
-        if not r["acc"]:
-            print(f"| {label} | 0 | not run | - |")
+    clients = next((list(r["clients"]) for runs in rows.values() for r in runs.values()), [])
+    base = rows.get("fedavg", {})
+    print(f"| method | seeds | final mean test acc (%) | {' | '.join(clients)} | best-by-val test acc (%) | "
+          "vs FedAvg: mean diff, p (paired) | augmentation traffic, 30 rounds |")
+    print("|---|---:|---|" + "---:|" * len(clients) + "---|---|---:|")
+    for label, runs in rows.items():
+        if not runs:
+            print(f"| {label} | 0 | not run |{' |' * len(clients)} | | |")
             continue
-        acc = [100 * a for a in r["acc"]]
-        sd = statistics.stdev(acc) if len(acc) > 1 else float("nan")
-        print(f"| {label} | {len(acc)} | {statistics.mean(acc):.2f} +/- {sd:.2f} | {int(r['comm'][0]):,} B |")
+        acc, best = mean_std([100 * r["acc"] for r in runs.values()]), mean_std([100 * r["best"] for r in runs.values()])
+        per_client = [statistics.mean(100 * r["clients"][c] for r in runs.values()) for c in clients]
+        seeds = sorted(set(runs) & set(base))
+        test = paired_ttest([100 * runs[s]["acc"] for s in seeds], [100 * base[s]["acc"] for s in seeds])
+        versus = "-" if label == "fedavg" else f"{test.diff:+.2f}, p = {test.text()}"
+        print(f"| {label} | {len(runs)} | {acc[0]:.2f} +/- {acc[1]:.2f} | "
+              f"{' | '.join(f'{a:.1f}' for a in per_client)} | {best[0]:.2f} +/- {best[1]:.2f} | {versus} | "
+              f"{int(next(iter(runs.values()))['comm']):,} B |")
     if plot is not None:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        done = [(k, [100 * a for a in v["acc"]]) for k, v in rows.items() if v["acc"]]
+        done = [(k, [100 * r["acc"] for r in v.values()]) for k, v in rows.items() if v]
+        stats = [mean_std(a) for _, a in done]
         fig, ax = plt.subplots(figsize=(8, 3.5))
-        ax.bar(range(len(done)), [statistics.mean(a) for _, a in done],
-               yerr=[statistics.stdev(a) if len(a) > 1 else 0 for _, a in done], capsize=3)
+        ax.bar(range(len(done)), [m for m, _ in stats], yerr=[sd for _, sd in stats], capsize=3)
+        for i, (_, a) in enumerate(done):
+            ax.plot([i] * len(a), a, "k.", ms=4)
         ax.set_xticks(range(len(done)), [k for k, _ in done], rotation=30, ha="right")
         ax.set_ylabel("final mean client test acc (%)")
-        ax.set_ylim(min(statistics.mean(a) for _, a in done) - 5, 100)
+        ax.set_ylim(min(min(a) for _, a in done) - 5, 100)
         fig.tight_layout()
         plot.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(plot, dpi=120)
