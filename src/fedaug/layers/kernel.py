@@ -7,9 +7,10 @@ on a CPU float tensor runs ``torch.ops.fedaug.ffa_restyle``: the statistics (Eq.
 Both paths compute the same function; they agree to float rounding (tested to 1e-10 in float64).
 
 The library is compiled on first use with the system C++ compiler against the installed torch
-(~20 s; ``scripts/setup.sh`` does it ahead) and cached under ``$FEDAUG_KERNEL_CACHE`` (default
-``~/.cache/fedaug/kernels``), keyed by the source, torch's version and the compiler command; a file
-lock makes concurrent processes build it once. Nothing is downloaded.
+(~20 s; ``scripts/setup.sh`` does it ahead) for this CPU (``-march=native``, OpenMP threads like
+ATen's) and cached under ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by
+the source, torch's and Python's versions, the CPU's model and flags, and the compiler command; a
+file lock makes concurrent processes build it once. Nothing is downloaded.
 
 ``FEDAUG_FFA_KERNEL`` chooses: ``auto`` (default: use it if it builds, else warn once and run the
 pure-PyTorch path), ``on`` (a failed build raises :class:`KernelBuildError`), ``off`` (never).
@@ -84,8 +85,17 @@ def _command(cxx: str, out: Path) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     includes = [f"-I{p}" for p in cpp.include_paths()]
     libs = [f"-L{p}" for p in cpp.library_paths()] + [f"-Wl,-rpath,{p}" for p in cpp.library_paths()]
-    return [cxx, "-O3", "-std=c++20", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
+    return [cxx, "-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
             str(SOURCE), *libs, "-lc10", "-ltorch_cpu", "-ltorch", "-o", str(out)]
+
+
+def _cpu() -> str:
+    """The CPU's model and feature flags (``-march=native`` code built on one CPU may not run on
+    another: a cache shared between machines keeps one library per CPU kind)."""
+    with contextlib.suppress(OSError):
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        return "|".join(sorted({line for line in info if line.startswith(("model name", "flags"))}))
+    return platform.machine() + platform.processor()
 
 
 def cache_dir() -> Path:
@@ -103,7 +113,7 @@ def build() -> Path:
     """
     cxx = _compiler()
     key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
-                                     platform.machine().encode(), " ".join(_command(cxx, Path())).encode()]))
+                                     _cpu().encode(), " ".join(_command(cxx, Path())).encode()]))
     root = cache_dir()
     lib = root / f"ffa_restyle-{key.hexdigest()[:16]}.so"
     if lib.is_file():
