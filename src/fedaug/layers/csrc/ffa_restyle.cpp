@@ -27,39 +27,34 @@ using torch::autograd::variable_list;
 constexpr int kLanes = 16;
 constexpr int64_t kBlock = 4096;  // lane sums are flushed to double every kBlock elements
 
-// sum_i p[i]
-template <typename T>
-double row_sum(const T* p, int64_t n) {
+// sum_i term(i) for i < n, in kLanes independent lanes (vectorisable without -ffast-math)
+template <typename T, typename Term>
+double row_accumulate(int64_t n, Term term) {
   double total = 0.0;
   for (int64_t s = 0; s < n; s += kBlock) {
     const int64_t e = std::min(n, s + kBlock);
     T lane[kLanes] = {};
     int64_t i = s;
     for (; i + kLanes <= e; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lane[l] += p[i + l];
-    for (; i < e; ++i) lane[0] += p[i];
+      for (int l = 0; l < kLanes; ++l) lane[l] += term(i + l);
+    for (; i < e; ++i) lane[0] += term(i);
     for (int l = 0; l < kLanes; ++l) total += lane[l];
   }
   return total;
 }
 
+template <typename T>
+double row_sum(const T* p, int64_t n) {
+  return row_accumulate<T>(n, [p](int64_t i) { return p[i]; });
+}
+
 // sum_i (p[i] - m)^2
 template <typename T>
 double row_sq_dev(const T* p, int64_t n, T m) {
-  double total = 0.0;
-  for (int64_t s = 0; s < n; s += kBlock) {
-    const int64_t e = std::min(n, s + kBlock);
-    T lane[kLanes] = {};
-    int64_t i = s;
-    for (; i + kLanes <= e; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) {
-        const T d = p[i + l] - m;
-        lane[l] += d * d;
-      }
-    for (; i < e; ++i) lane[0] += (p[i] - m) * (p[i] - m);
-    for (int l = 0; l < kLanes; ++l) total += lane[l];
-  }
-  return total;
+  return row_accumulate<T>(n, [p, m](int64_t i) {
+    const T d = p[i] - m;
+    return d * d;
+  });
 }
 
 // (sum_i g[i], sum_i g[i] (x[i] - m))
