@@ -12,7 +12,7 @@ import pytest
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.engine.records import SUMMARY
-from fedaug.report.runner import GRID_FILE, claim, find_run, plan, run_cell, run_grid
+from fedaug.report.runner import GRID_FILE, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid
 from tests.report.conftest import tiny_spec
 
 
@@ -70,6 +70,32 @@ def test_an_edited_grid_does_not_mix_with_stale_cells(tiny_grid, tmp_path):
     with pytest.raises(FedaugError, match=r"cell default \| FedAvg \| seed 0 failed: '.*seed0/fedavg-.*' was run with a "
                                           r"different config \(train.lr differ\); delete that directory"):
         run_grid(edited, out)
+
+
+def test_reuse_copies_finished_runs_with_equal_configs_and_trains_the_rest(tiny_grid, tmp_path):
+    # another grid with one method in common (same config under another label) and one new method
+    other = tiny_spec(methods={"Baseline": {}, "FedAvg lr 0.1": {"train": {"lr": 0.1}}})
+    out = tmp_path / "other"
+    outcomes = {(o.cell.method, o.cell.seed): o for o in run_grid(other, out, reuse=tiny_grid)}
+    assert {k: o.status for k, o in outcomes.items()} == {("Baseline", 0): "reused", ("Baseline", 1): "reused",
+                                                           ("FedAvg lr 0.1", 0): "ran", ("FedAvg lr 0.1", 1): "ran"}
+    for seed in (0, 1):
+        source = find_run(tiny_grid / "default" / "fedavg" / f"seed{seed}")
+        copy = find_run(out / "default" / "baseline" / f"seed{seed}")
+        assert copy.name == source.name and str(copy) == outcomes[("Baseline", seed)].run_dir
+        assert (copy / "metrics.jsonl").read_bytes() == (source / "metrics.jsonl").read_bytes()
+    assert not list(out.rglob("*.partial"))
+    # a second pass finds every cell finished; the names differ but the configs agree
+    assert {o.status for o in run_grid(other, out, reuse=tiny_grid)} == {"done before"}
+
+
+def test_config_key_ignores_name_threads_and_out_dir_only(tiny_grid):
+    runs = finished_runs(tiny_grid)
+    assert len(runs) == 4  # 2 methods x 2 seeds, all different
+    raw = tiny_spec().raw("default", "FedAvg", 0)
+    same = {**raw, "name": "x", "threads": 2, "out_dir": "elsewhere"}
+    assert config_key(same) == config_key(raw) in runs
+    assert config_key({**raw, "seed": 5}) != config_key(raw)
 
 
 def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):

@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--baseline", help="the method each one is compared with (default: the grid's, or the first)")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default 1; at most the cores)")
     p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
+    p.add_argument("--reuse", metavar="DIR",
+                   help="copy in finished runs found under DIR (e.g. runs/compare) whose config equals a "
+                        "cell's, instead of training that cell again")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell on stderr")
     p.add_argument("--format", choices=("table", "json"), default="table",
@@ -71,13 +74,15 @@ def main(args: argparse.Namespace) -> int:
     else:
         t0 = time.perf_counter()
         try:
-            outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress)
+            outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress,
+                                reuse=Path(args.reuse) if args.reuse else None)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, []
         if not args.quiet and failure is None:
             worked = sum(o.status in ("ran", "resumed") for o in outcomes)
+            reused = sum(o.status == "reused" for o in outcomes)
             print(f"wall time: {time.perf_counter() - t0:.0f} s for {worked} of {len(outcomes)} cells run "
-                  f"(--jobs {args.jobs})", file=sys.stderr)
+                  f"(--jobs {args.jobs}){f', {reused} reused' if reused else ''}", file=sys.stderr)
     files = write_tables(out)
     if args.format == "json":
         print(files["json"].read_text(), end="")

@@ -9,14 +9,19 @@ Layout under the output directory::
 
 A cell whose newest run directory holds ``summary.json`` is finished and is not run again; one
 without it is resumed from its newest checkpoint (:func:`resume_experiment`). A finished or
-started cell whose stored config differs from the grid's (``threads`` and ``out_dir`` aside) is an
-error, so results of an edited grid are never mixed with stale ones.
+started cell whose stored config differs from the grid's (``threads``, ``out_dir`` and ``name``
+aside) is an error, so results of an edited grid are never mixed with stale ones. With ``reuse``,
+a cell not started yet whose config equals that of a finished run found elsewhere (another grid's
+cell, say) gets a copy of that run instead of training again (:func:`finished_runs`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -48,6 +53,7 @@ class Cell:
     seed: int
     dir: Path
     raw: dict[str, Any]
+    reuse: Path | None = None
 
     @property
     def label(self) -> str:
@@ -57,7 +63,7 @@ class Cell:
 @dataclass(frozen=True)
 class CellOutcome:
     """What happened to a cell: ``status`` is ``"done before"``, ``"ran"``, ``"resumed"``,
-    ``"busy"`` (another live process holds its lock) or ``"failed"`` (``error`` says why)."""
+    ``"reused"`` (a finished run with the same config was copied in), ``"busy"`` (another live process holds its lock) or ``"failed"`` (``error`` says why)."""
 
     cell: Cell
     status: str
@@ -82,9 +88,11 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None) -> list[Cell]:
+def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
+         reuse: dict[str, Path] | None = None) -> list[Cell]:
     """Every cell of ``spec``, seed-major (a partial grid still pairs methods on the same seeds),
-    each config with ``threads`` capped at ``cores // jobs`` so that jobs x threads <= cores.
+    each config with ``threads`` capped at ``cores // jobs`` so that jobs x threads <= cores, and
+    the finished run in ``reuse`` (from :func:`finished_runs`) with the same config, if any.
 
     Raises:
         ConfigError: ``jobs`` is below 1 or above the available cores.
@@ -100,7 +108,10 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None) -> 
                 directory = cell_dir(out, setting, method, seed)
                 threads = min(parse_config(raw).threads, max(1, cores // jobs))
                 raw.update(name=slug(method), out_dir=str(directory), threads=threads)
-                cells.append(Cell(setting, method, seed, directory, raw))
+                source = (reuse or {}).get(config_key(raw))
+                if source is not None and source.resolve().is_relative_to(directory.resolve()):
+                    source = None  # the cell's own run
+                cells.append(Cell(setting, method, seed, directory, raw, source))
     return cells
 
 
@@ -116,14 +127,39 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
-#: thread count it started with, and a grid directory may be moved
-IGNORED = ("threads", "out_dir")
+#: thread count it started with, a grid directory may be moved, and a reused run keeps its name
+IGNORED = ("threads", "out_dir", "name")
+
+
+def _resolved(raw: dict[str, Any]) -> dict[str, Any]:
+    return flatten({k: v for k, v in parse_config(raw).to_dict().items() if k not in IGNORED})
 
 
 def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """Dotted keys whose resolved values differ between two configs (:data:`IGNORED` aside)."""
-    a, b = (flatten({k: v for k, v in parse_config(d).to_dict().items() if k not in IGNORED}) for d in (stored, wanted))
+    a, b = _resolved(stored), _resolved(wanted)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def config_key(raw: dict[str, Any]) -> str:
+    """A digest of the resolved config (:data:`IGNORED` aside): equal keys, equal experiments."""
+    text = json.dumps(_resolved(raw), sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def finished_runs(root: Path) -> dict[str, Path]:
+    """Every finished run directory under ``root`` (it holds ``summary.json`` and a config), by
+    :func:`config_key`; the newest wins where several share a key. Unreadable configs are skipped."""
+    found: dict[str, Path] = {}
+    for summary in sorted(Path(root).rglob(SUMMARY)):
+        run = summary.parent
+        try:
+            key = config_key(read_toml(run / CONFIG))
+        except (FedaugError, OSError, ValueError):
+            continue
+        if key not in found or run.name > found[key].name:
+            found[key] = run
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -177,6 +213,11 @@ def run_cell(cell: Cell) -> CellOutcome:
                 return CellOutcome(cell, "done before", str(existing), 0.0)
             _, run = resume_experiment(str(existing), quiet=True)
             return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
+        if cell.reuse is not None:
+            copy = cell.dir / cell.reuse.name
+            shutil.copytree(cell.reuse, copy.with_name(copy.name + ".partial"))
+            os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
+            return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
         _, run = run_experiment(parse_config(cell.raw), quiet=True)
         return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
     except FedaugError as exc:
@@ -191,7 +232,8 @@ def write_grid_file(spec: GridSpec, out: Path) -> None:
 
 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
-             on_done: Callable[[int, int, CellOutcome], None] | None = None) -> list[CellOutcome]:
+             on_done: Callable[[int, int, CellOutcome], None] | None = None,
+             reuse: Path | None = None) -> list[CellOutcome]:
     """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``).
 
     Stops scheduling at the first failed cell (cells already running finish) and raises.
@@ -201,6 +243,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         out: the output directory (created).
         jobs: parallel worker processes; each sets its torch threads to ``cores // jobs`` at most.
         on_done: called as ``on_done(k, total, outcome)`` after each cell (k counts from 1).
+        reuse: a directory searched for finished runs (:func:`finished_runs`); a cell not started
+            yet whose config equals one of them gets a copy of it instead of a new run.
 
     Returns:
         Every cell's outcome, in completion order.
@@ -209,7 +253,7 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         ConfigError: ``jobs`` does not fit the cores (before anything runs).
         CellError: a cell failed; the message names it and gives its error.
     """
-    cells = plan(spec, out, jobs)
+    cells = plan(spec, out, jobs, reuse=finished_runs(reuse) if reuse is not None else None)
     write_grid_file(spec, out)
     outcomes: list[CellOutcome] = []
 
