@@ -61,6 +61,10 @@ def test_compare_grid_file_writes_the_tables_and_reruns_nothing(tmp_path, capsys
     assert main(["compare", str(grid), "--out", str(out), "--set", "train.rounds=2", "--format", "json"]) == 0
     captured = capsys.readouterr()
     assert captured.err.count("done before") == 2 and json.loads(captured.out) == summary
+    log = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
+    assert [entry["cells"] for entry in log] == [{"ran": 2}, {"done before": 2}]
+    assert log[0]["command"] == f"fedaug compare {grid} --jobs 1 --set train.rounds=2" and not log[0]["failed"]
+    assert log[0]["wall_s"] > 0
 
 
 def test_compare_from_the_command_line_then_report(tmp_path, capsys):

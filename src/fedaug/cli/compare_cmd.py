@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.grid import GridSpec, grid_from_args, load_grid
-from fedaug.report.runner import CellError, CellOutcome, run_grid, write_grid_file
+from fedaug.report.runner import CellError, CellOutcome, log_invocation, run_grid, write_grid_file
 from fedaug.report.table import write_tables
 
 
@@ -78,6 +78,10 @@ def main(args: argparse.Namespace) -> int:
                                 reuse=Path(args.reuse) if args.reuse else None)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, []
+        command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",
+                            *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
+                            *([f"--reuse {args.reuse}"] if args.reuse else [])])
+        log_invocation(out, command, args.jobs, time.perf_counter() - t0, outcomes, failure is not None)
         if not args.quiet and failure is None:
             worked = sum(o.status in ("ran", "resumed") for o in outcomes)
             reused = sum(o.status == "reused" for o in outcomes)

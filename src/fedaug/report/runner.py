@@ -4,6 +4,7 @@ process or in parallel worker processes.
 Layout under the output directory::
 
     grid.json                                       the grid (labels, seeds, baseline, what it reproduces)
+    invocations.jsonl                               one line per `fedaug compare` run on it: wall time, cells
     <setting>/<method>/seed<k>/<method>-<timestamp>/  the cell's run directory (docs/engine.md)
     <setting>/<method>/seed<k>/.lock                  held (pid inside) while a process works on the cell
 
@@ -23,9 +24,11 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from fedaug.engine.simulate import resume_experiment, run_experiment
 from fedaug.report.grid import GridSpec, slug
 
 GRID_FILE = "grid.json"
+INVOCATIONS = "invocations.jsonl"
 STALE_EMPTY_LOCK_S = 60.0
 
 
@@ -229,6 +233,18 @@ def run_cell(cell: Cell) -> CellOutcome:
 def write_grid_file(spec: GridSpec, out: Path) -> None:
     """Record the grid in ``out/grid.json`` (read back by tables and reports)."""
     atomic_write_json(Path(out) / GRID_FILE, spec.meta())
+
+
+def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: Sequence[CellOutcome],
+                   failed: bool) -> None:
+    """Append one line to ``out/invocations.jsonl``: when, the command, ``jobs``, the wall time and
+    how many cells ended in each status (a results page sums the wall times)."""
+    record = {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
+              "jobs": jobs, "wall_s": round(wall_s, 1), "cells": dict(sorted(Counter(o.status for o in outcomes).items())),
+              "failed": failed}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / INVOCATIONS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,

@@ -1,0 +1,106 @@
+"""Write docs/results.md: the stand-in versions of the papers' tables, from finished ``fedaug compare`` grids.
+
+Usage::
+
+    nice -n 5 .venv/bin/fedaug compare GRID --jobs 2 --reuse runs   # for each grid below (resumable)
+    .venv/bin/python experiments/results_page.py [--compare runs/compare] [--out docs/results.md]
+
+For each table: what it reproduces and with what it is replaced, the command, the wall time its
+``fedaug compare`` invocations took (summed from the grid's ``invocations.jsonl``; cells copied in by
+``--reuse`` cost nothing there, their own training time is in the table's time column), how many
+cells finished, and the main comparison table (mean +/- std over seeds of the final and best mean
+client test metric, the difference from the baseline and its paired t-test, communication and
+time per run). Per-client tables stay in each grid's ``table.md``. A grid not run yet is listed
+with its command and the grid's own time estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedaug.core.serialize import atomic_write_text
+from fedaug.report.document import Block, Heading, Paragraph, to_markdown
+from fedaug.report.grid import DEFAULT_SETTING, load_grid
+from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.runner import GRID_FILE, INVOCATIONS
+from fedaug.report.table import COLUMNS_NOTE, setting_tables
+
+#: (section title, shipped grid) in the order of the page
+TABLES = [
+    ("FedFA Table 1: FedFA against federated baselines (feature shift)", "fedfa_table1_digits4"),
+    ("FedFA Table 5: FedFA against its client-only variants FedFA-C and FedFA-R", "fedfa_table5_digits4"),
+    ("FedFA Table 6: FedFA against and with other augmentations", "fedfa_table6_digits4"),
+    ("FedFA Table 7: adaptive against direct variance fusion", "fedfa_table7_digits4"),
+    ("FedFA Table 8: which stages get an FFA layer", "fedfa_table8_digits4"),
+    ("FedRDN Table 1: base algorithms without augmentation, with normalisation, FedMix and FedRDN", "fedrdn_table1_digits4"),
+    ("FedRDN Table 1, FedFA row", "fedrdn_table1_fedfa_digits4"),
+    ("FLea Table 1: scarce, label-skewed clients", "flea_table1_fmnist"),
+    ("VFDA Table 2: segmentation with and without VFDA", "vfda_table2_brain_mri"),
+]
+
+INTRO = (
+    "The papers' tables on data that fedaug provides offline, each produced by one shipped comparison "
+    "grid (`fedaug list grids`; docs/compare_and_report.md) on the shared 2-core development machine "
+    "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run). These are scaled stand-ins: the data, "
+    "models and round counts are replaced as each section says, so the numbers answer \"does the "
+    "paper's ordering hold here\", not \"does fedaug reproduce the paper's values\". Wall times are "
+    "those of the commands on this machine while other work shared it. Regenerate the page with "
+    "`.venv/bin/python experiments/results_page.py` after running the grids."
+)
+
+
+def wall_time(out: Path) -> str:
+    """The summed wall time of the grid's recorded invocations, and what they did."""
+    path = out / INVOCATIONS
+    if not path.is_file():
+        return "not recorded (run before fedaug compare logged its invocations)"
+    log = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    total = sum(entry["wall_s"] for entry in log)
+    counts: dict[str, int] = {}
+    for entry in log:
+        for status, n in entry["cells"].items():
+            counts[status] = counts.get(status, 0) + n
+    did = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()) if status != "done before")
+    return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'})"
+
+
+def section(title: str, grid: str, compare: Path) -> list[Block]:
+    """One table's section: the grid's description and notes, command, wall time and main tables."""
+    spec = load_grid(grid)
+    out = compare / grid
+    command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --reuse runs`"
+    blocks: list[Block] = [Heading(2, title), Paragraph(f"Grid `{grid}`: {spec.description}. {spec.notes}"),
+                           Paragraph(f"Command: {command}.")]
+    if not (out / GRID_FILE).is_file():
+        return [*blocks, Paragraph(f"**Not run yet** ({len(spec.settings) * len(spec.methods) * len(spec.seeds)} "
+                                   "cells).")]
+    summary = summarize(load_grid_results(out))
+    total = sum(len(s["methods"]) for s in summary["settings"].values()) * len(summary["grid"]["seeds"])
+    missing = len(summary["missing"])
+    state = "complete" if not missing else f"**partial: {missing} of {total} cells not finished yet**"
+    blocks.append(Paragraph(f"Wall time: {wall_time(out)}. Cells: {state}. Full per-client tables: "
+                            f"`runs/compare/{grid}/table.md`."))
+    for setting, s in summary["settings"].items():
+        if len(summary["settings"]) > 1 or setting != DEFAULT_SETTING:
+            blocks.append(Paragraph(f"**{setting}**"))
+        blocks.append(setting_tables(s)[0])
+    return blocks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", type=Path, default=Path("runs/compare"), help="where the grids ran")
+    parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
+    args = parser.parse_args()
+    blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"), Paragraph(INTRO)]
+    for title, grid in TABLES:
+        blocks += section(title, grid, args.compare)
+    blocks.append(Paragraph(COLUMNS_NOTE))
+    atomic_write_text(args.out, to_markdown(blocks))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
