@@ -1,12 +1,17 @@
-"""Gaussian noise on shared tensors: identity at 0, reproducible, the requested scale."""
+"""Gaussian noise on shared tensors: identity at 0, reproducible, the requested scale; every sharing
+component (FedFA, VFDA, FedRDN, FedMix, FLea) perturbs what it uploads and nothing else."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
+from fedaug.engine.simulate import build_simulation
+from fedaug.methods import METHODS
 from fedaug.privacy.noise import add_gaussian_noise
+from tests.conftest import tiny_raw
 
 
 def test_zero_std_returns_the_input():
@@ -32,7 +37,61 @@ def test_noise_standard_deviation(scale, expected):
 
 
 def test_bad_options_are_config_errors():
-    with pytest.raises(ConfigError, match=r"noise_std must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"share_noise must be a number >= 0"):
         add_gaussian_noise(torch.zeros(2), -1.0, torch.Generator())
-    with pytest.raises(ConfigError, match=r"noise_scale must be one of absolute, relative"):
+    with pytest.raises(ConfigError, match=r"share_noise_scale must be one of absolute, relative"):
         add_gaussian_noise(torch.zeros(2), 1.0, torch.Generator(), scale="rel")
+
+
+def uploads(component: str, **options):
+    """Round 1 of a tiny run with ``component``: its uplinks (client id -> part) and its layers' or
+    table's clean state afterwards."""
+    raw = tiny_raw()
+    raw["data"]["options"].update(num_clients=4, samples_per_client=64, channels=3)
+    raw["method"] = {"base": "fedavg", "augs": [component], "options": {component: options}}
+    sim = build_simulation(validate(raw))
+    comp = next(c for c in sim.recipe.components if c.name == component)
+    seen, aggregate = {}, comp.aggregate
+
+    def spy(server, ups):
+        seen.update({u.client_id: {k: v.clone() for k, v in u.part.items()} for u in ups})
+        return aggregate(server, ups)
+
+    comp.aggregate = spy
+    sim.run_round(1)
+    running = {n: layer.running_mean.clone() for n, layer in getattr(comp, "layers", {}).items()}
+    return seen, running
+
+
+#: component -> the uplink keys that carry the perturbed values
+NOISY = {"fedfa": None, "fedrdn": ("mean", "std"), "fedmix": ("x",)}
+
+
+@pytest.mark.parametrize("component", sorted(NOISY))
+def test_share_noise_perturbs_only_what_is_uploaded(component):
+    clean, running_clean = uploads(component)
+    zero, _ = uploads(component, share_noise=0.0)
+    noisy, running_noisy = uploads(component, share_noise=0.3)
+    again, _ = uploads(component, share_noise=0.3)
+    keys = NOISY[component] or tuple(next(iter(clean.values())))
+    diffs = []
+    for cid, part in clean.items():
+        for k, v in part.items():
+            assert torch.equal(zero[cid][k], v)  # 0 = off, bit for bit
+            assert torch.equal(again[cid][k], noisy[cid][k])  # seeded: reproducible
+            if k in keys:
+                diffs.append((noisy[cid][k] - v).flatten())
+            else:
+                assert torch.equal(noisy[cid][k], v)  # labels, counters: untouched
+    diff = torch.cat(diffs)
+    assert diff.numel() >= 20 and float(diff.std()) == pytest.approx(0.3, rel=0.35)
+    for name, mean in running_clean.items():  # FedFA's own layers keep the clean statistics
+        assert torch.equal(running_noisy[name], mean)
+
+
+@pytest.mark.parametrize("component", ["fedfa", "fedrdn", "fedmix", "flea", "vfda"])
+def test_share_noise_options_are_checked_by_every_component(component):
+    with pytest.raises(ConfigError, match=rf"{component}\.share_noise must be a number >= 0"):
+        METHODS.get(component)(share_noise=-0.1)
+    with pytest.raises(ConfigError, match=rf"{component}\.share_noise_scale must be one of absolute, relative"):
+        METHODS.get(component)(share_noise=0.1, share_noise_scale="percent")

@@ -3,8 +3,9 @@
 A generic helper, not a differential-privacy accountant: it perturbs what leaves a client with
 ``N(0, std^2)`` noise, ``std`` absolute or relative to the tensor's own standard deviation, drawn
 from the caller's seeded generator (``ctx.rng("noise")``), so runs stay reproducible. FLea applies
-it to the features it shares (``flea.noise_std``); FedFA / FedRDN / FedMix can call it on their
-uplink statistics or means in ``round_end`` in one line (see ``docs/privacy.md``).
+it to the features it shares, FedFA and VFDA to the running statistics they upload, FedRDN to its
+dataset statistics and FedMix to its mean images: option ``share_noise`` (the std) and
+``share_noise_scale`` of each (``docs/privacy.md``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ def check_noise(owner: str, std: float, scale: str) -> None:
     """Raise :class:`ConfigError` naming ``owner`` unless ``std >= 0`` and ``scale`` is known."""
     problems = []
     if not isinstance(std, (int, float)) or std < 0:
-        problems.append(f"{owner}.noise_std must be a number >= 0 (0 = no noise), got {std!r}")
+        problems.append(f"{owner}.share_noise must be a number >= 0 (0 = no noise), got {std!r}")
     if scale not in SCALES:
-        problems.append(f"{owner}.noise_scale must be one of {', '.join(SCALES)}, got {scale!r}")
+        problems.append(f"{owner}.share_noise_scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if problems:
         raise ConfigError("; ".join(problems))
 

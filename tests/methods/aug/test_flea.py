@@ -102,7 +102,7 @@ def test_max_buffer_keeps_an_even_share_per_contributor():
 
 
 def test_noise_perturbs_the_shared_features():
-    clean, noisy = build_simulation(flea_cfg()), build_simulation(flea_cfg(noise_std=0.5))
+    clean, noisy = build_simulation(flea_cfg()), build_simulation(flea_cfg(share_noise=0.5))
     clean.run_round(1), noisy.run_round(1)
     diff = noisy.server["flea"]["features"] - clean.server["flea"]["features"]
     assert float(diff.std()) == pytest.approx(0.5, rel=0.2)
@@ -119,7 +119,7 @@ def test_dcor_weight_schedule_of_the_public_code():
     ({"beta": 0}, r"flea\.beta must be > 0"),
     ({"distill_on": "both"}, r"flea\.distill_on must be one of mixed, buffer, got 'both'"),
     ({"max_buffer": 0}, r"flea\.max_buffer must be an integer >= 1"),
-    ({"noise_std": -1}, r"flea\.noise_std must be a number >= 0"),
+    ({"share_noise": -1}, r"flea\.share_noise must be a number >= 0"),
 ])
 def test_bad_options_are_config_errors(options, match):
     with pytest.raises(ConfigError, match=match):

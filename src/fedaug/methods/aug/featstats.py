@@ -21,6 +21,7 @@ from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
 from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.privacy.noise import add_gaussian_noise, check_noise
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
@@ -47,6 +48,10 @@ class FeatureStatsAug(Component, abc.ABC):
         at: module names to attach after (``model.named_modules()``); ``None``: the model's
             ``feature_stages``.
         p: probability of augmenting at each layer per forward pass.
+        share_noise: std of Gaussian noise added to the running statistics a client uploads (0:
+            none; a privacy perturbation, :mod:`fedaug.privacy.noise`); the client's own layers
+            keep the clean values.
+        share_noise_scale: ``"absolute"`` or ``"relative"`` (to each uploaded vector's std).
     """
 
     role = "augmentation"
@@ -57,11 +62,14 @@ class FeatureStatsAug(Component, abc.ABC):
     #: the random stream of the layers' coin and noise (``ctx.rng``).
     purpose: ClassVar[str] = "ffa"
 
-    def __init__(self, *, at: Sequence[str] | None, p: float) -> None:
+    def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
         if at is not None and (isinstance(at, str) or not all(isinstance(n, str) for n in at) or not at):
             raise ConfigError(f"{self.name}.at must be a non-empty list of module names, got {at!r}")
         self.at = None if at is None else list(at)
         self.p = check_probability(self.name, "p", p)
+        check_noise(self.name, share_noise, share_noise_scale)
+        self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         self.handle: AttachHandle | None = None
 
     # --- subclass hooks ------------------------------------------------------------------------
@@ -125,7 +133,9 @@ class FeatureStatsAug(Component, abc.ABC):
             self.receive(ctx, name, layer, down if sizes == {layer.num_channels} else {}, state)
 
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        up = {f"{n}.{k}": getattr(layer, k).detach().clone().float()
+        g = ctx.rng("noise")
+        up = {f"{n}.{k}": add_gaussian_noise(getattr(layer, k).detach().clone().float(), self.share_noise, g,
+                                             scale=self.share_noise_scale)
               for n, layer in self.layers.items() for k in self.up_keys}
         return up, self.client_state(self.layers)
 

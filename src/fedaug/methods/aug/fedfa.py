@@ -53,6 +53,8 @@ class FedFA(FeatureStatsAug):
             statistics averaged by the server (uniformly) and carried into the next round. Pair
             it with ``fedavg.weighting = "uniform"`` (preset ``fedfa_official``).
         eps: added to the spatial variance before the square root.
+        share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
+            (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
 
     >>> fedfa = FedFA(p=0.5, variance="fused", at=["block1", "block2"])
     """
@@ -61,8 +63,9 @@ class FedFA(FeatureStatsAug):
 
     def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: str = "fused",
                  lam: float | None = None, at: Sequence[str] | None = None,
-                 official_compat: bool = False, eps: float = 1e-6) -> None:
-        super().__init__(at=at, p=p)
+                 official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.variance = check_choice(self.name, "variance", variance, tuple(VARIANTS))
         if lam is not None and variance != "fixed":

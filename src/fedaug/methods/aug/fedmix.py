@@ -30,6 +30,7 @@ from fedaug.methods.aug._sharing import PoolAug
 from fedaug.methods.aug.featstats import check_choice
 from fedaug.methods.component import Batch, ClientCtx
 from fedaug.methods.recipe import METHODS
+from fedaug.privacy.noise import add_gaussian_noise, check_noise
 
 MODES = ("fedmix", "naive")
 
@@ -90,13 +91,19 @@ class FedMix(PoolAug):
         mean_batch: M_k, samples per shared mean (10 as in FLea's comparison; the client's whole
             training set with a value >= its size, the reading of the Flower baseline).
         mode: ``"fedmix"`` (Taylor loss) or ``"naive"`` (NaiveMix: raw mixing with the means).
+        share_noise: std of Gaussian noise added to the mean images a client uploads (0: none; a
+            privacy perturbation, :mod:`fedaug.privacy.noise`); mean labels are sent as they are.
+        share_noise_scale: ``"absolute"`` or ``"relative"`` (to the std of the uploaded means).
 
     >>> fedmix = FedMix(lam=0.1, mean_batch=10)
     """
 
     name = "fedmix"
 
-    def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: str = "fedmix") -> None:
+    def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: str = "fedmix", share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
+        check_noise(self.name, share_noise, share_noise_scale)
+        self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         if not 0.0 < lam < 1.0:
             raise ConfigError(f"fedmix.lam must be in (0, 1), got {lam}")
         if not isinstance(mean_batch, int) or mean_batch < 1:
@@ -107,7 +114,8 @@ class FedMix(PoolAug):
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         require_classification(ctx, self.name)
         perm = torch.randperm(len(ctx.data), generator=ctx.rng("means"))
-        return batch_means(ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes), self.mean_batch, perm)
+        x, y = batch_means(ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes), self.mean_batch, perm)
+        return add_gaussian_noise(x, self.share_noise, ctx.rng("noise"), scale=self.share_noise_scale), y
 
     def label_shape(self, ctx: ClientCtx, target: torch.Size) -> tuple[int, ...]:
         return (ctx.task.num_classes,)

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
+from fedaug.privacy.noise import add_gaussian_noise, check_noise
 from fedaug.methods.aug.featstats import check_choice
 from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
 from fedaug.methods.recipe import METHODS
@@ -77,13 +78,20 @@ class FedRDN(Component):
             (FedRDN-V, Eq. 8: the federation's average pair in training and test).
         draw: ``"image"`` (the paper: a matched pair per image) or ``"batch"`` (the public code: one
             draw per batch, mean and std unmatched; weaker under BatchNorm).
+        share_noise: std of Gaussian noise added to the statistics a client uploads (0: none; a
+            privacy perturbation, :mod:`fedaug.privacy.noise`); a noisy std is clamped at 1e-6.
+            Every client, the uploader included, then uses the table's (noisy) pairs.
+        share_noise_scale: ``"absolute"`` or ``"relative"`` (to the std of the uploaded values).
 
     >>> fedrdn = FedRDN(variant="random", draw="image")
     """
 
     name = "fedrdn"
 
-    def __init__(self, *, variant: str = "random", draw: str = "image") -> None:
+    def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
+        check_noise(self.name, share_noise, share_noise_scale)
+        self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         self.variant = check_choice(self.name, "variant", variant, VARIANTS)
         self.draw = check_choice(self.name, "draw", draw, DRAWS)
         self._mean = self._std = torch.zeros(0)
@@ -134,7 +142,10 @@ class FedRDN(Component):
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
         empty = torch.zeros(0, self._channels)
         mean, std = self._upload or (empty, empty)
-        return {"mean": mean.clone(), "std": std.clone()}, {"n": len(ctx.data)}
+        g = ctx.rng("noise")
+        mean = add_gaussian_noise(mean.clone(), self.share_noise, g, scale=self.share_noise_scale)
+        std = add_gaussian_noise(std.clone(), self.share_noise, g, scale=self.share_noise_scale)
+        return {"mean": mean, "std": std.clamp_min(1e-6) if self.share_noise else std}, {"n": len(ctx.data)}
 
     def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
         mean, std, own, _ = self._federation(ctx, server, state)

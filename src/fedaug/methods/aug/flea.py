@@ -63,8 +63,8 @@ class FLea(Component):
         unmixed_ce: add a plain cross-entropy on the unmixed local batch (public code).
         max_buffer: the most rows the global buffer holds; beyond it, rows are subsampled evenly
             over contributors (:func:`~fedaug.methods.aug.flea_buffer.merge_buffer`).
-        noise_std: Gaussian noise added to the shared features (0: none; :mod:`fedaug.privacy.noise`).
-        noise_scale: ``"absolute"`` or ``"relative"`` (to the features' standard deviation).
+        share_noise: std of Gaussian noise added to the shared features (0: none; :mod:`fedaug.privacy.noise`).
+        share_noise_scale: ``"absolute"`` or ``"relative"`` (to the features' standard deviation).
 
     >>> flea = FLea(stage="block2", share_fraction=0.1, beta=2.0, distill_weight=1.0, dcor_weight=3.0)
     """
@@ -74,8 +74,8 @@ class FLea(Component):
     def __init__(self, *, stage: str | None = None, share_fraction: float = 0.1, beta: float = 2.0,
                  distill_weight: float = 1.0, dcor_weight: float = 3.0, dcor_final_weight: float | None = None,
                  dcor_decay_rounds: int = 20, dcor_squared: bool = True, distill_on: str = "mixed",
-                 unmixed_ce: bool = False, max_buffer: int = 10_000, noise_std: float = 0.0,
-                 noise_scale: str = "absolute") -> None:
+                 unmixed_ce: bool = False, max_buffer: int = 10_000, share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
         problems = []
         if not 0.0 <= share_fraction <= 1.0:
             problems.append(f"flea.share_fraction must be in [0, 1], got {share_fraction}")
@@ -91,13 +91,13 @@ class FLea(Component):
             problems.append(f"flea.max_buffer must be an integer >= 1 (rows), got {max_buffer!r}")
         if problems:
             raise ConfigError("; ".join(problems))
-        check_noise(self.name, noise_std, noise_scale)
+        check_noise(self.name, share_noise, share_noise_scale)
         self.stage, self.share_fraction, self.beta = stage, float(share_fraction), float(beta)
         self.distill_weight, self.dcor_weight = float(distill_weight), float(dcor_weight)
         self.dcor_final_weight, self.dcor_decay_rounds = dcor_final_weight, dcor_decay_rounds
         self.dcor_squared, self.unmixed_ce = bool(dcor_squared), bool(unmixed_ce)
         self.distill_on = check_choice(self.name, "distill_on", distill_on, DISTILL_ON)
-        self.max_buffer, self.noise_std, self.noise_scale = max_buffer, float(noise_std), noise_scale
+        self.max_buffer, self.share_noise, self.share_noise_scale = max_buffer, float(share_noise), share_noise_scale
         self._teacher: nn.Module | None = None
 
     def dcor_weight_at(self, round: int) -> float:
@@ -180,7 +180,7 @@ class FLea(Component):
         require_classification(ctx, self.name)
         idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id)
         f = extract_features(ctx.model, ctx.data.x[idx], self.stage)
-        f = add_gaussian_noise(f, self.noise_std, ctx.rng("noise"), scale=self.noise_scale)
+        f = add_gaussian_noise(f, self.share_noise, ctx.rng("noise"), scale=self.share_noise_scale)
         return {"features": f.flatten(1).float(), "labels": ctx.data.y[idx].to(torch.int64)}
 
     # --- server side -----------------------------------------------------------------------

@@ -50,6 +50,8 @@ class VFDA(FeatureStatsAug):
             printed); ``"std"`` by its square root (the usual re-parameterisation).
         at: module names; default the model's ``feature_stages`` (``unet3d``: the encoder).
         eps: added to the spatial variance before the square root.
+        share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
+            (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
 
     >>> vfda = VFDA(noise_scale="std", at=["enc1", "enc2"])
     """
@@ -58,8 +60,9 @@ class VFDA(FeatureStatsAug):
 
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
                  global_variance: bool = True, noise_scale: str = "variance",
-                 at: Sequence[str] | None = None, eps: float = 1e-6) -> None:
-        super().__init__(at=at, p=p)
+                 at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
+                 share_noise_scale: str = "absolute") -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale)
         if eta0 < 0:
             raise ConfigError(f"vfda.eta0 must be >= 0, got {eta0}")
         if eps <= 0:
