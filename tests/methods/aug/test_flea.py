@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -139,3 +140,26 @@ def test_public_code_options_train(options):
     metrics = rec["train"]["clients"][str(rec["sampled"][0])]
     assert {"flea/distill", "flea/dcor", "flea/ce_unmixed"} <= set(metrics)
     assert all(math.isfinite(v) for v in metrics.values())
+
+
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="spoken_digits synthesises its audio with espeak-ng (apt-get install espeak-ng)")
+
+
+@pytest.mark.parametrize("data, model, stage", [
+    ({"name": "synthetic", "options": {"num_clients": 3, "samples_per_client": 32, "size": 16}}, "small_cnn", "block2"),
+    ({"name": "smartwatch_imu", "options": {}}, "cnn1d", "block1"),  # sensor windows (6, 100)
+    pytest.param({"name": "spoken_digits", "options": {"voices": ["en-us", "en-gb-scotland"], "samples_per_class": 3,
+                                                        "n_mels": 16}}, "small_cnn", "block2", marks=needs_espeak),
+], ids=["images", "sensor-windows", "spectrograms"])
+def test_flea_trains_on_images_sensor_windows_and_spectrograms(data, model, stage):
+    raw = tiny_raw(rounds=2, local_steps=1, participation=1.0)
+    raw.update(data=data, model={"name": model})
+    raw["method"] = {"base": "fedavg", "augs": ["flea"], "options": {"flea": {"stage": stage}}}
+    sim = build_simulation(validate(raw))
+    sim.run_round(1)
+    second = sim.run_round(2)
+    buf = sim.server["flea"]
+    rows = sum(int(0.1 * len(c.train)) for c in sim.data.clients)
+    assert buf["features"].shape[0] == rows > 0 and buf["labels"].shape == (rows,)
+    assert second["comm"]["down"]["flea"] > 0 and torch.isfinite(buf["features"]).all()
