@@ -153,7 +153,8 @@ def config_key(raw: dict[str, Any]) -> str:
 
 def finished_runs(root: Path) -> dict[str, Path]:
     """Every finished run directory under ``root`` (it holds ``summary.json`` and a config), by
-    :func:`config_key`; the newest wins where several share a key. Unreadable configs are skipped."""
+    :func:`config_key`; where several share a key, the last by directory name (a fixed choice, so
+    every grid reusing that key gets the same run). Unreadable configs are skipped."""
     found: dict[str, Path] = {}
     for summary in sorted(Path(root).rglob(SUMMARY)):
         run = summary.parent
