@@ -46,8 +46,12 @@ INTRO = (
     "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run). These are scaled stand-ins: the data, "
     "models and round counts are replaced as each section says, so the numbers answer \"does the "
     "paper's ordering hold here\", not \"does fedaug reproduce the paper's values\". Wall times are "
-    "those of the commands on this machine while other work shared it. Regenerate the page with "
-    "`.venv/bin/python experiments/results_page.py` after running the grids."
+    "those of the commands on this machine while other work shared it. Cells whose resolved config "
+    "equals a run made earlier (the experiments of docs/fedfa.md and docs/input_augmentations.md, or "
+    "another grid) are copied in by `--reuse` instead of trained again (where two such runs exist, the "
+    "last by directory name); their time column is their original training time, under whatever load "
+    "the machine had then. Regenerate the page with `.venv/bin/python experiments/results_page.py` "
+    "after running the grids."
 )
 
 
