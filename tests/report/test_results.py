@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from fedaug.core.errors import ConfigError
-from fedaug.report.results import load_results, summarize
+from fedaug.report.results import Run, load_results, summarize
 from fedaug.report.table import comparison_csv, comparison_tables, write_tables
 from fedaug.report.document import to_markdown
 
@@ -117,3 +117,12 @@ def test_methods_that_share_a_name_are_told_apart_by_their_config(tiny_grid, tmp
         cfg = tmp_path / f"r{k}" / "config.toml"
         cfg.write_text(re.sub(r'name = ".*"', 'name = "same"', cfg.read_text()))
     assert load_results([tmp_path]).methods == ["same", "same (train.lr=0.2)"]
+
+
+def test_per_client_columns_follow_client_ids_not_string_order():
+    names = [f"client-{i}" for i in range(12)]
+    stored = {n: {"test": {"acc": i / 100}} for i, n in sorted(enumerate(names), key=lambda t: t[1])}
+    summary = {"metric": "acc", "clients": names, "final": {"eval": {"clients": stored}}}
+    run = Run(path=None, setting="default", method="m", seed=0, config={}, summary=summary, rounds=[])
+    scores = run.client_scores("final")
+    assert list(scores) == names and scores["client-10"] == 0.10

@@ -61,7 +61,9 @@ class Run:
 
     def client_scores(self, which: str) -> dict[str, float]:
         """Each client's test metric at the final or best round."""
-        return {name: res["test"][self.metric] for name, res in self.summary[which]["eval"]["clients"].items()}
+        per_client = self.summary[which]["eval"]["clients"]  # stored with sorted keys: client-10 before client-2
+        order = [n for n in self.summary.get("clients", []) if n in per_client] or list(per_client)
+        return {name: per_client[name]["test"][self.metric] for name in order}
 
     def comm_bytes(self) -> dict[str, int]:
         """Bytes sent down and up over all rounds, summed from the per-round records."""
