@@ -30,6 +30,16 @@ def test_cells_merge_base_common_setting_method_then_overrides():
     assert spec.baseline == "A" and spec.seeds == [0]
 
 
+def test_a_settings_augs_after_is_appended_to_every_methods_augs():
+    spec = parse_grid({"base": "digits4",
+                       "settings": {"plain": {}, "with CCVR": {"augs_after": ["ccvr"]}},
+                       "methods": {"none": {}, "FedRDN": {"method": {"augs": ["fedrdn"]}}}}, "g")
+    augs = {(s, m): parse_config(spec.raw(s, m, 0)).method.augs for s in spec.settings for m in spec.methods}
+    assert augs == {("plain", "none"): [], ("plain", "FedRDN"): ["fedrdn"],
+                    ("with CCVR", "none"): ["ccvr"], ("with CCVR", "FedRDN"): ["fedrdn", "ccvr"]}
+    assert spec.settings["with CCVR"] == {"augs_after": ["ccvr"]}  # the spec itself is not changed
+
+
 def test_command_line_grid():
     spec = grid_from_args("digits4", [["FedAvg"], ["FedFA", "method.augs=[fedfa]", "method.options.fedfa.p=0.2"]],
                           [["half", "data.options.train_fraction=0.5"]], [0, 1], baseline="FedFA",
@@ -59,6 +69,9 @@ def test_no_settings_means_one_default_setting():
     ({"methods": {"A": ["train.lr=0.1"]}}, r"'methods.A' must be a table \(a partial config\), got \['train.lr=0.1'\]"),
     ({"methods": {"A": {"seed": 3}}}, r"'methods.A' sets 'seed', which the grid sets per cell"),
     ({"methods": {"Fed A": {}, "fed-a": {}}}, r"methods 'Fed A' and 'fed-a' map to the same directory 'fed-a'"),
+    ({"settings": {"S": {"augs_after": "ccvr"}}}, r"'settings.S.augs_after' must be a list of component names"),
+    ({"methods": {"A": {"augs_after": ["ccvr"]}}}, r"'methods.A.augs_after' must be a list of component names in a "
+                                                   r"settings table"),
     ({"base": "digit4"}, r"'base' = 'digit4' is neither a preset nor a TOML file .*\(did you mean 'digits4'\?\)"),
 ])
 def test_bad_grid_files_name_the_problem(change, message):

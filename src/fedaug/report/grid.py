@@ -15,6 +15,7 @@ the grid sets ``seed``, ``name``, ``out_dir`` and caps ``threads``::
     train.rounds = 30
     [settings."mnist held out"]      # optional; each setting runs every method x seed
     data.options.held_out = "mnist"
+    # augs_after = ["ccvr"]          # a setting's add-ons, appended to every method's method.augs
     [methods.FedAvg]                 # label = a partial config (may be empty), in table order
     [methods.FedFA]
     method.augs = ["fedfa"]
@@ -47,6 +48,9 @@ FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "bas
              "methods")
 #: keys the grid itself sets in every cell
 RESERVED = ("seed", "name", "out_dir")
+#: a settings-table key (not a config key): components appended to each method's ``method.augs``
+#: (add-ons such as FedDecorr or CCVR that go with whatever augmentation the method column uses)
+AUGS_AFTER = "augs_after"
 DEFAULT_SETTING = "default"
 
 
@@ -115,8 +119,12 @@ class GridSpec:
 
     def raw(self, setting: str, method: str, seed: int) -> dict[str, Any]:
         """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set."""
-        merged = deep_merge(deep_merge(deep_merge(self.base_raw(), self.common), self.settings[setting]),
-                            self.methods[method])
+        table = dict(self.settings[setting])
+        after = list(table.pop(AUGS_AFTER, []))
+        merged = deep_merge(deep_merge(deep_merge(self.base_raw(), self.common), table), self.methods[method])
+        if after:
+            section = merged.setdefault("method", {})
+            section["augs"] = [*section.get("augs", []), *after]
         merged = apply_overrides(merged, self.overrides)
         merged["seed"] = seed
         return merged
@@ -143,6 +151,10 @@ def _problems_of_table(where: str, table: Any, problems: list[str]) -> dict[str,
             if key in part:
                 problems.append(f"'{where}.{label}' sets '{key}', which the grid sets per cell; remove it "
                                 "(seeds: the grid's 'seeds'; output: --out)")
+        if AUGS_AFTER in part and (where != "settings" or not isinstance(part[AUGS_AFTER], list)
+                                   or not all(isinstance(a, str) for a in part[AUGS_AFTER])):
+            problems.append(f"'{where}.{label}.{AUGS_AFTER}' must be a list of component names in a settings "
+                            f"table, got {part[AUGS_AFTER]!r}")
     return {k: v for k, v in table.items() if isinstance(v, dict)}
 
 
