@@ -59,7 +59,7 @@ def wall_time(out: Path) -> str:
     """The summed wall time of the grid's recorded invocations, and what they did."""
     path = out / INVOCATIONS
     if not path.is_file():
-        return "not recorded (run before fedaug compare logged its invocations)"
+        return "not recorded (no fedaug compare invocation on this grid has finished yet)"
     log = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     total = sum(entry["wall_s"] for entry in log)
     counts: dict[str, int] = {}
