@@ -81,11 +81,12 @@ def main(args: argparse.Namespace) -> int:
         command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",
                             *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
                             *([f"--reuse {args.reuse}"] if args.reuse else [])])
-        log_invocation(out, command, args.jobs, time.perf_counter() - t0, outcomes, failure is not None)
+        wall = time.perf_counter() - t0
+        log_invocation(out, command, args.jobs, wall, outcomes, failure is not None)
         if not args.quiet and failure is None:
             worked = sum(o.status in ("ran", "resumed") for o in outcomes)
             reused = sum(o.status == "reused" for o in outcomes)
-            print(f"wall time: {time.perf_counter() - t0:.0f} s for {worked} of {len(outcomes)} cells run "
+            print(f"wall time: {wall:.0f} s for {worked} of {len(outcomes)} cells run "
                   f"(--jobs {args.jobs}){f', {reused} reused' if reused else ''}", file=sys.stderr)
     files = write_tables(out)
     if args.format == "json":

@@ -14,6 +14,7 @@ from torch.autograd.function import once_differentiable
 
 from fedaug.layers import kernel
 
+
 def _check_features(x: Tensor) -> None:
     if x.dim() < 3:
         raise ValueError(

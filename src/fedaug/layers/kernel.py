@@ -85,8 +85,9 @@ def _command(cxx: str, out: Path) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     includes = [f"-I{p}" for p in cpp.include_paths()]
     libs = [f"-L{p}" for p in cpp.library_paths()] + [f"-Wl,-rpath,{p}" for p in cpp.library_paths()]
-    return [cxx, "-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
-            str(SOURCE), *libs, "-lc10", "-ltorch_cpu", "-ltorch", "-o", str(out)]
+    return [cxx, "-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes, str(SOURCE), *libs, "-lc10", "-ltorch_cpu", "-ltorch",
+            "-o", str(out)]
 
 
 def _cpu() -> str:
@@ -156,7 +157,8 @@ def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
             torch.ops.load_library(str(build()))
             _STATE["op"] = torch.ops.fedaug.ffa_restyle
         except (KernelBuildError, OSError, RuntimeError) as err:
-            _STATE["error"] = err if isinstance(err, KernelBuildError) else KernelBuildError(f"loading the kernel failed: {err}")
+            _STATE["error"] = (err if isinstance(err, KernelBuildError)
+                               else KernelBuildError(f"loading the kernel failed: {err}"))
             if current == "auto":
                 warnings.warn(f"fedaug: the FFA layer's compiled kernel is unavailable, using the pure-PyTorch "
                               f"path (same results, slower on small maps): {_STATE['error']}", stacklevel=3)

@@ -67,7 +67,8 @@ class Cell:
 @dataclass(frozen=True)
 class CellOutcome:
     """What happened to a cell: ``status`` is ``"done before"``, ``"ran"``, ``"resumed"``,
-    ``"reused"`` (a finished run with the same config was copied in), ``"busy"`` (another live process holds its lock) or ``"failed"`` (``error`` says why)."""
+    ``"reused"`` (a finished run with the same config was copied in), ``"busy"`` (another live
+    process holds its lock) or ``"failed"`` (``error`` says why)."""
 
     cell: Cell
     status: str
@@ -240,9 +241,9 @@ def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: 
                    failed: bool) -> None:
     """Append one line to ``out/invocations.jsonl``: when, the command, ``jobs``, the wall time and
     how many cells ended in each status (a results page sums the wall times)."""
+    cells = dict(sorted(Counter(o.status for o in outcomes).items()))
     record = {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
-              "jobs": jobs, "wall_s": round(wall_s, 1), "cells": dict(sorted(Counter(o.status for o in outcomes).items())),
-              "failed": failed}
+              "jobs": jobs, "wall_s": round(wall_s, 1), "cells": cells, "failed": failed}
     Path(out).mkdir(parents=True, exist_ok=True)
     with open(Path(out) / INVOCATIONS, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
