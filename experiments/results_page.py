@@ -23,7 +23,7 @@ from pathlib import Path
 from fedaug.core.serialize import atomic_write_text
 from fedaug.report.document import Block, Heading, Paragraph, to_markdown
 from fedaug.report.grid import DEFAULT_SETTING, load_grid
-from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.results import Results, load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
 from fedaug.report.table import COLUMNS_NOTE, setting_tables
 
@@ -55,11 +55,15 @@ INTRO = (
 )
 
 
-def wall_time(out: Path) -> str:
-    """The summed wall time of the grid's recorded invocations, and what they did."""
+def wall_time(out: Path, results: Results) -> str:
+    """The summed wall time of the grid's recorded invocations and what they did, and the summed
+    training time of all its finished cells (what a run from scratch costs in one core's time)."""
+    compute = sum(run.seconds() for run in results.runs) / 60
+    cells = (f"the finished cells' own training took {compute:.1f} min in all "
+             f"(about {compute / 2:.0f} min with --jobs 2)")
     path = out / INVOCATIONS
     if not path.is_file():
-        return "not recorded (no fedaug compare invocation on this grid has finished yet)"
+        return f"no fedaug compare invocation on this grid has finished yet; {cells}"
     log = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     total = sum(entry["wall_s"] for entry in log)
     counts: dict[str, int] = {}
@@ -67,7 +71,7 @@ def wall_time(out: Path) -> str:
         for status, n in entry["cells"].items():
             counts[status] = counts.get(status, 0) + n
     did = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()) if status != "done before")
-    return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'})"
+    return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'}); {cells}"
 
 
 def section(title: str, grid: str, compare: Path) -> list[Block]:
@@ -80,11 +84,12 @@ def section(title: str, grid: str, compare: Path) -> list[Block]:
     if not (out / GRID_FILE).is_file():
         return [*blocks, Paragraph(f"**Not run yet** ({len(spec.settings) * len(spec.methods) * len(spec.seeds)} "
                                    "cells).")]
-    summary = summarize(load_grid_results(out))
+    results = load_grid_results(out)
+    summary = summarize(results)
     total = sum(len(s["methods"]) for s in summary["settings"].values()) * len(summary["grid"]["seeds"])
     missing = len(summary["missing"])
     state = "complete" if not missing else f"**partial: {missing} of {total} cells not finished yet**"
-    blocks.append(Paragraph(f"Wall time: {wall_time(out)}. Cells: {state}. Full per-client tables: "
+    blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Full per-client tables: "
                             f"`runs/compare/{grid}/table.md`."))
     for setting, s in summary["settings"].items():
         if len(summary["settings"]) > 1 or setting != DEFAULT_SETTING:
