@@ -20,25 +20,36 @@ import argparse
 import json
 from pathlib import Path
 
-from fedaug.core.serialize import atomic_write_text
-from fedaug.report.document import Block, Heading, Paragraph, to_markdown
+from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
+from fedaug.report.document import Block, Heading, Image, Paragraph, to_markdown
+from fedaug.report.figures import settings_png
 from fedaug.report.grid import DEFAULT_SETTING, load_grid
 from fedaug.report.results import Results, load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
 from fedaug.report.table import COLUMNS_NOTE, setting_tables
 
-#: (section title, shipped grid) in the order of the page
+#: (section title, shipped grid, whether its settings are a sweep drawn as one figure) in page order
 TABLES = [
-    ("FedFA Table 1: FedFA against federated baselines (feature shift)", "fedfa_table1_digits4"),
-    ("FedFA Table 5: FedFA against its client-only variants FedFA-C and FedFA-R", "fedfa_table5_digits4"),
-    ("FedFA Table 6: FedFA against and with other augmentations", "fedfa_table6_digits4"),
-    ("FedFA Table 7: adaptive against direct variance fusion", "fedfa_table7_digits4"),
-    ("FedFA Table 8: which stages get an FFA layer", "fedfa_table8_digits4"),
-    ("FedRDN Table 1: base algorithms without augmentation, with normalisation, FedMix and FedRDN", "fedrdn_table1_digits4"),
-    ("FedRDN Table 1, FedFA row", "fedrdn_table1_fedfa_digits4"),
-    ("FLea Table 1: scarce, label-skewed clients", "flea_table1_fmnist"),
-    ("VFDA Table 2: segmentation with and without VFDA", "vfda_table2_brain_mri"),
+    ("FedFA Table 1: FedFA against federated baselines (feature shift)", "fedfa_table1_digits4", False),
+    ("FedFA Table 4: generalisation to an unseen domain (leave one domain out)", "fedfa_table4_digits4", False),
+    ("FedFA Table 5: FedFA against its client-only variants FedFA-C and FedFA-R", "fedfa_table5_digits4", False),
+    ("FedFA Table 6: FedFA against and with other augmentations", "fedfa_table6_digits4", False),
+    ("FedFA Table 7: adaptive against direct variance fusion", "fedfa_table7_digits4", False),
+    ("FedFA Table 8: which stages get an FFA layer", "fedfa_table8_digits4", False),
+    ("FedFA Fig. 2: accuracy against local data size", "fedfa_fig2_digits4", True),
+    ("FedRDN Table 1: base algorithms without augmentation, with normalisation, FedMix and FedRDN",
+     "fedrdn_table1_digits4", False),
+    ("FedRDN Table 1, FedFA row", "fedrdn_table1_fedfa_digits4", False),
+    ("FLea Table 1: scarce, label-skewed clients", "flea_table1_fmnist", False),
+    ("FLea Fig. 2: accuracy as local data gets scarce (IID)", "flea_fig2_fmnist", True),
+    ("VFDA Table 2: segmentation with and without VFDA", "vfda_table2_brain_mri", False),
 ]
+
+#: where the sweep figures go, relative to the page
+FIGURES = "figures"
+
+#: the reading of each complete table, written against the numbers it was generated with
+READINGS: dict[str, str] = {}
 
 INTRO = (
     "The papers' tables on data that fedaug provides offline, each produced by one shipped comparison "
@@ -74,8 +85,9 @@ def wall_time(out: Path, results: Results) -> str:
     return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'}); {cells}"
 
 
-def section(title: str, grid: str, compare: Path) -> list[Block]:
-    """One table's section: the grid's description and notes, command, wall time and main tables."""
+def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
+    """One table's section: the grid's description and notes, command, wall time, the sweep figure
+    and the main tables."""
     spec = load_grid(grid)
     out = compare / grid
     command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --reuse runs`"
@@ -91,10 +103,15 @@ def section(title: str, grid: str, compare: Path) -> list[Block]:
     state = "complete" if not missing else f"**partial: {missing} of {total} cells not finished yet**"
     blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Full per-client tables: "
                             f"`runs/compare/{grid}/table.md`."))
+    if sweep and results.runs:
+        blocks.append(Image(f"results_{grid}.png", settings_png(summary),
+                            f"{title}: final mean client test metric per setting, mean ± std over seeds"))
     for setting, s in summary["settings"].items():
         if len(summary["settings"]) > 1 or setting != DEFAULT_SETTING:
             blocks.append(Paragraph(f"**{setting}**"))
         blocks.append(setting_tables(s)[0])
+    if grid in READINGS and not missing:
+        blocks.append(Paragraph(f"*Reading.* {READINGS[grid]}"))
     return blocks
 
 
@@ -104,10 +121,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
     args = parser.parse_args()
     blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"), Paragraph(INTRO)]
-    for title, grid in TABLES:
-        blocks += section(title, grid, args.compare)
+    for title, grid, sweep in TABLES:
+        blocks += section(title, grid, sweep, args.compare)
     blocks.append(Paragraph(COLUMNS_NOTE))
-    atomic_write_text(args.out, to_markdown(blocks))
+    for image in (b for b in blocks if isinstance(b, Image)):
+        atomic_write_bytes(args.out.parent / FIGURES / image.name, image.png)
+    atomic_write_text(args.out, to_markdown(blocks, FIGURES))
     print(f"wrote {args.out}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 from html.parser import HTMLParser
@@ -10,13 +11,17 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 import torch
+from matplotlib.image import imread
 from sklearn.metrics import davies_bouldin_score
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.document import Heading, Image, Paragraph, Table, to_html, to_markdown
 from fedaug.report.features import embed, run_features
+from fedaug.report.figures import settings_png
 from fedaug.report.page import write_report
 from fedaug.report.results import load_results, summarize
+from fedaug.report.runner import run_grid
+from tests.report.conftest import tiny_spec
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -123,3 +128,33 @@ def test_document_rendering_escapes_text():
     assert "<h1>a &lt;b&gt;</h1>" in html and "<p>x <code>k=v</code> &amp; y</p>" in html
     assert "<td>&lt;i&gt;</td>" in html and 'alt="alt &quot;q&quot;"' in html and "<title>t &amp; t</title>" in html
     assert to_markdown(blocks, "f") == '# a <b>\n\nx `k=v` & y\n\n| m | v\\|w |\n|---|---:|\n| <i> | 1 |\n\n![alt "q"](f/p.png)\n'
+
+
+def _colour_pixels(png: bytes, rgb: tuple[int, int, int]) -> int:
+    pixels = np.round(imread(io.BytesIO(png))[..., :3] * 255).astype(int)
+    return int((np.abs(pixels - np.array(rgb)).sum(-1) < 30).sum())
+
+
+def test_settings_figure_draws_each_method_across_the_settings():
+    def cell(mean: float) -> dict:
+        return {"n": 2, "final": {"mean": mean, "std": 0.02}}
+
+    summary = {"settings": {
+        "1/2": {"metric": "acc", "methods": {"FedAvg": cell(0.5), "FedFA": cell(0.6)}},
+        "2/2": {"metric": "acc", "methods": {"FedAvg": cell(0.7), "FedFA": {"n": 0}}},  # FedFA not run here
+    }}
+    png = settings_png(summary)
+    assert png.startswith(PNG)
+    fedavg, fedfa = _colour_pixels(png, (31, 119, 180)), _colour_pixels(png, (255, 127, 14))  # tab10 C0, C1
+    assert fedavg > 2 * fedfa > 0  # FedAvg: two points and a line; FedFA: one point
+
+
+def test_a_grid_with_several_settings_gets_the_across_settings_figure(tmp_path):
+    out = tmp_path / "grid"
+    run_grid(tiny_spec(settings={"3 rounds": {}, "2 rounds": {"train": {"rounds": 2}}}, seeds=[0]), out)
+    files = write_report([out], tmp_path / "report")
+    md = files["markdown"].read_text()
+    assert "## Across settings" in md and "(report_files/settings.png)" in md
+    parser = Cells()
+    parser.feed(files["html"].read_text())
+    assert len(parser.imgs) == 1 + 2 * 3  # across settings, then curves, bars, comm per setting
