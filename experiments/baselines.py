@@ -19,19 +19,10 @@ from typing import Any
 
 from fedaug.core.serialize import atomic_write_text
 from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.runner import GRID_FILE
+from fedaug.report.table import overview_cell
 
 COLUMNS = ("none", "FedRDN", "FedFA")
-
-
-def cell(c: dict[str, Any]) -> str:
-    """``"65.37 ± 2.38 (+3.69, p 0.012)"`` for one method of one setting; ``-`` when not run."""
-    if c["n"] == 0:
-        return "-"
-    text = f"{100 * c['final']['mean']:.2f} ± {100 * c['final']['std']:.2f}"
-    vs = c.get("vs_baseline", {}).get("final")
-    if vs and vs["diff"] is not None:
-        text += f" ({100 * vs['diff']:+.2f}, p {vs['text']})"
-    return text + ("" if c["n"] == 3 else f" [n={c['n']}]")
 
 
 def pivot(summary: dict[str, Any]) -> str:
@@ -44,9 +35,11 @@ def pivot(summary: dict[str, Any]) -> str:
             datasets.append(dataset)
         table.setdefault(algorithm, {})[dataset] = s["methods"]
     head = [f"{d}: {c}" for d in datasets for c in COLUMNS]
+    seeds = len(summary["grid"]["seeds"])
     lines = ["| algorithm | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
     for algorithm, by_dataset in table.items():
-        cells = [cell(by_dataset[d][c]) if d in by_dataset else "-" for d in datasets for c in COLUMNS]
+        cells = [overview_cell(by_dataset[d][c], "final", seeds) if d in by_dataset else "-"
+                 for d in datasets for c in COLUMNS]
         lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -56,6 +49,9 @@ def main() -> None:
     parser.add_argument("--grid", type=Path, default=Path("runs/compare/baselines_digits4_fmnist"),
                         help="the grid's output directory (fedaug compare --out)")
     args = parser.parse_args()
+    if not (args.grid / GRID_FILE).is_file():
+        parser.error(f"--grid {args.grid} holds no fedaug compare grid (no {GRID_FILE}); run "
+                     "'fedaug compare baselines_digits4_fmnist --jobs 2 --reuse runs' first, or pass its --out")
     summary = summarize(load_grid_results(args.grid))
     text = pivot(summary)
     atomic_write_text(args.grid / "pivot.md", text + "\n")

@@ -23,10 +23,10 @@ from pathlib import Path
 from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
 from fedaug.report.document import Block, Heading, Image, Paragraph, to_markdown
 from fedaug.report.figures import settings_png
-from fedaug.report.grid import DEFAULT_SETTING, load_grid
+from fedaug.report.grid import load_grid
 from fedaug.report.results import Results, load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
-from fedaug.report.table import COLUMNS_NOTE, setting_tables
+from fedaug.report.table import COLUMNS_NOTE, overview_table, setting_tables
 
 #: (section title, shipped grid, whether its settings are a sweep drawn as one figure) in page order
 TABLES = [
@@ -106,10 +106,10 @@ def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
     if sweep and results.runs:
         blocks.append(Image(f"results_{grid}.png", settings_png(summary),
                             f"{title}: final mean client test metric per setting, mean ± std over seeds"))
-    for setting, s in summary["settings"].items():
-        if len(summary["settings"]) > 1 or setting != DEFAULT_SETTING:
-            blocks.append(Paragraph(f"**{setting}**"))
-        blocks.append(setting_tables(s)[0])
+    if len(summary["settings"]) > 1:
+        blocks += [overview_table(summary, "final"), overview_table(summary, "best")]
+    else:
+        blocks.append(setting_tables(next(iter(summary["settings"].values())))[0])
     if grid in READINGS and not missing:
         blocks.append(Paragraph(f"*Reading.* {READINGS[grid]}"))
     return blocks

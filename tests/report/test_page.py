@@ -155,6 +155,8 @@ def test_a_grid_with_several_settings_gets_the_across_settings_figure(tmp_path):
     files = write_report([out], tmp_path / "report")
     md = files["markdown"].read_text()
     assert "## Across settings" in md and "(report_files/settings.png)" in md
+    assert md.count("| setting (final test acc, %) | FedAvg | FedAvg lr 0.2 |") == 1
+    assert md.count("| setting (best test acc, %) | FedAvg | FedAvg lr 0.2 |") == 1
     parser = Cells()
     parser.feed(files["html"].read_text())
     assert len(parser.imgs) == 1 + 2 * 3  # across settings, then curves, bars, comm per setting

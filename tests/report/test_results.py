@@ -14,7 +14,7 @@ from scipy import stats
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.results import Run, load_results, summarize
-from fedaug.report.table import comparison_csv, comparison_tables, write_tables
+from fedaug.report.table import comparison_csv, comparison_tables, overview_table, write_tables
 from fedaug.report.document import to_markdown
 
 METHODS = ("fedavg", "fedavg-lr-0.2")
@@ -126,3 +126,23 @@ def test_per_client_columns_follow_client_ids_not_string_order():
     run = Run(path=None, setting="default", method="m", seed=0, config={}, summary=summary, rounds=[])
     scores = run.client_scores("final")
     assert list(scores) == names and scores["client-10"] == 0.10
+
+
+def test_overview_has_a_row_per_setting_and_a_column_per_method():
+    def cell(values, diff=None, p=None):
+        c = {"n": len(values), "final": {"mean": statistics.mean(values), "std": statistics.stdev(values)}}
+        if diff is not None:
+            c["vs_baseline"] = {"final": {"diff": diff, "p": p}}
+        return c
+
+    summary = {"grid": {"seeds": [0, 1, 2]}, "settings": {
+        "Dir(0.5)": {"metric": "acc", "methods": {"FedAvg": cell([0.60, 0.62, 0.64]),
+                                                  "FLea": cell([0.70, 0.71, 0.72], 0.09, 0.012345)}},
+        "Dir(0.1)": {"metric": "acc", "methods": {"FedAvg": cell([0.50, 0.54]), "FLea": {"n": 0}}},
+        "Qua(3)": {"metric": "acc", "methods": {"FedAvg": cell([0.4, 0.5, 0.6]), "FLea": cell([0.5, 0.6], -0.01)}},
+    }}
+    table = overview_table(summary)
+    assert table.header == ["setting (final test acc, %)", "FedAvg", "FLea"]
+    assert table.rows == [["Dir(0.5)", "62.00 ± 2.00", "71.00 ± 1.00 (+9.00, p 0.0123)"],
+                          ["Dir(0.1)", "52.00 ± 2.83 [n=2]", "-"],
+                          ["Qua(3)", "50.00 ± 10.00", "55.00 ± 7.07 (-1.00, p n/a) [n=2]"]]

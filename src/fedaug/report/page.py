@@ -14,7 +14,7 @@ from fedaug.report.document import Block, Heading, Image, Paragraph, Table, to_h
 from fedaug.report.figures import client_bars_png, comm_png, curves_png, features_png, settings_png
 from fedaug.report.grid import DEFAULT_SETTING, slug
 from fedaug.report.results import Results, load_results, summarize
-from fedaug.report.table import COLUMNS_NOTE, about_blocks, setting_tables
+from fedaug.report.table import COLUMNS_NOTE, about_blocks, overview_table, setting_tables
 
 IMAGE_DIR = "report_files"
 
@@ -42,7 +42,7 @@ def report_blocks(summary: dict[str, Any], features: dict[str, list[dict[str, An
     meta = summary["grid"]
     blocks: list[Block] = [Heading(1, f"fedaug report: {meta['name']}"), *about_blocks(meta, summary["missing"])]
     if sum(any(c["n"] for c in s["methods"].values()) for s in summary["settings"].values()) > 1:
-        blocks += [Heading(2, "Across settings"),
+        blocks += [Heading(2, "Across settings"), overview_table(summary, "final"), overview_table(summary, "best"),
                    Image("settings.png", settings_png(summary), "final mean client test metric per setting")]
     for setting, s in summary["settings"].items():
         tag = slug(setting)

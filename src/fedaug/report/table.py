@@ -101,10 +101,43 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+def overview_cell(c: dict[str, Any], which: str = "final", seeds: int | None = None) -> str:
+    """One method of one setting in a cell: ``"69.06 ± 2.83 (+3.69, p 0.0117)"`` (the difference from
+    the baseline and its paired p-value over the seeds both finished, ``n/a`` below two pairs;
+    neither for the baseline), ``"-"`` when nothing finished, and ``" [n=2]"`` appended when fewer
+    than ``seeds`` runs finished."""
+    if c["n"] == 0:
+        return "-"
+    text = _pm(c[which])
+    vs = c.get("vs_baseline", {}).get(which)
+    if vs and vs["diff"] is not None:
+        text += f" ({100 * vs['diff']:+.2f}, p {'n/a' if vs['p'] is None else format(vs['p'], '.3g')})"
+    return text + ("" if seeds is None or c["n"] == seeds else f" [n={c['n']}]")
+
+
+def overview_table(summary: dict[str, Any], which: str = "final") -> Table:
+    """All settings at once: one row per setting, one column per method, each cell the mean ± std
+    over seeds of the ``which`` (final or best) mean-over-clients test metric with its difference
+    from the setting's baseline (:func:`overview_cell`)."""
+    methods: list[str] = []
+    for s in summary["settings"].values():
+        methods += [m for m in s["methods"] if m not in methods]
+    seeds = len(summary["grid"]["seeds"])
+    rows = [[setting, *(overview_cell(s["methods"][m], which, seeds) if m in s["methods"] else "-" for m in methods)]
+            for setting, s in summary["settings"].items()]
+    metrics = "/".join(sorted({s["metric"] for s in summary["settings"].values()} - {""}))
+    return Table([f"setting ({which} test {metrics}, %)", *methods], rows)
+
+
 def comparison_tables(summary: dict[str, Any]) -> list[Block]:
-    """Every setting's :func:`setting_tables`, under a heading when the grid has named settings."""
+    """Every setting's :func:`setting_tables`, under a heading when the grid has named settings,
+    after the :func:`overview_table` of final and best values when it has several."""
     blocks: list[Block] = []
     settings = summary["settings"]
+    if len(settings) > 1:
+        blocks += [Heading(3, "Overview"), Paragraph("Every setting's final and best mean client test metric "
+                                                     "(Δ and paired p against the setting's baseline):"),
+                   overview_table(summary, "final"), overview_table(summary, "best")]
     for setting, s in settings.items():
         if len(settings) > 1 or setting != DEFAULT_SETTING:
             blocks.append(Heading(3, f"Setting: {setting}"))
