@@ -128,3 +128,13 @@ def test_list_grids_and_help(capsys):
         with pytest.raises(SystemExit) as info:
             main([sub, "--help"])
         assert info.value.code == 0 and f"usage: fedaug {sub}" in capsys.readouterr().out
+
+
+def test_keep_going_logs_every_cell_of_the_failed_invocation(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["compare", "--method", "A", "data.options.num_clients=0", "--method", "B", "--set", *TINY[:1],
+            "--out", str(out), "-q", "--keep-going"]
+    assert main(args) == 2
+    assert "cell default | A | seed 0 failed: synthetic.num_clients must be >= 1" in capsys.readouterr().err
+    (log,) = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
+    assert log["failed"] and log["cells"] == {"failed": 1, "ran": 1} and log["command"].endswith("--keep-going")

@@ -12,7 +12,9 @@ import pytest
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.engine.records import SUMMARY
-from fedaug.report.runner import GRID_FILE, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid
+from fedaug.report.runner import (
+    GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
+)
 from tests.report.conftest import tiny_spec
 
 
@@ -139,3 +141,15 @@ def test_a_failing_cell_stops_the_grid_with_its_message(tmp_path):
         run_grid(spec, tmp_path / "g", on_done=lambda k, n, o: seen.append(o.status))
     assert seen == ["failed"]
     assert not list((tmp_path / "g").glob("*/*/*/.lock"))
+
+
+def test_keep_going_runs_the_other_cells_then_names_every_failure(tmp_path):
+    bad = {"data": {"options": {"num_clients": 0}}}
+    spec = tiny_spec(methods={"Bad": bad, "FedAvg": {}, "Worse": bad}, seeds=[0])
+    seen = []
+    with pytest.raises(CellError, match=r"^2 cells failed: default \| Bad \| seed 0: synthetic.num_clients must be >= 1, got 0; "
+                                        r"default \| Worse \| seed 0: synthetic.num_clients") as info:
+        run_grid(spec, tmp_path / "g", on_done=lambda k, n, o: seen.append(o.status), keep_going=True)
+    assert seen == ["failed", "ran", "failed"]
+    assert [o.status for o in info.value.outcomes] == seen
+    assert find_run(tmp_path / "g" / "default" / "fedavg" / "seed0") is not None

@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--reuse", metavar="DIR",
                    help="copy in finished runs found under DIR (e.g. runs/compare) whose config equals a "
                         "cell's, instead of training that cell again")
+    p.add_argument("--keep-going", action="store_true",
+                   help="when a cell fails, run every other cell, then report all failures (exit status 2)")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell on stderr")
     p.add_argument("--format", choices=("table", "json"), default="table",
@@ -75,12 +77,13 @@ def main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress,
-                                reuse=Path(args.reuse) if args.reuse else None)
+                                reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going)
         except CellError as exc:  # tabulate what finished, then report the failure
-            failure, outcomes = exc, []
+            failure, outcomes = exc, exc.outcomes
         command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",
                             *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
-                            *([f"--reuse {args.reuse}"] if args.reuse else [])])
+                            *([f"--reuse {args.reuse}"] if args.reuse else []),
+                            *(["--keep-going"] if args.keep_going else [])])
         wall = time.perf_counter() - t0
         log_invocation(out, command, args.jobs, wall, outcomes, failure is not None)
         if not args.quiet and failure is None:

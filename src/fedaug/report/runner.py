@@ -45,7 +45,12 @@ STALE_EMPTY_LOCK_S = 60.0
 
 
 class CellError(FedaugError):
-    """A cell of a grid failed; the message names it and gives its error."""
+    """Cells of a grid failed; the message names them and gives their errors. ``outcomes`` holds
+    every cell's outcome of the invocation (failed ones included)."""
+
+    def __init__(self, message: str, outcomes: Sequence[CellOutcome] = ()) -> None:
+        super().__init__(message)
+        self.outcomes = list(outcomes)
 
 
 @dataclass(frozen=True)
@@ -251,10 +256,11 @@ def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: 
 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
              on_done: Callable[[int, int, CellOutcome], None] | None = None,
-             reuse: Path | None = None) -> list[CellOutcome]:
+             reuse: Path | None = None, keep_going: bool = False) -> list[CellOutcome]:
     """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``).
 
-    Stops scheduling at the first failed cell (cells already running finish) and raises.
+    Stops scheduling at the first failed cell (cells already running finish) and raises; with
+    ``keep_going`` runs every other cell first, then raises naming all that failed.
 
     Args:
         spec: the grid.
@@ -263,6 +269,7 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         on_done: called as ``on_done(k, total, outcome)`` after each cell (k counts from 1).
         reuse: a directory searched for finished runs (:func:`finished_runs`); a cell not started
             yet whose config equals one of them gets a copy of it instead of a new run.
+        keep_going: do not stop at a failed cell (for long unattended grids).
 
     Returns:
         Every cell's outcome, in completion order.
@@ -283,7 +290,7 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
     if jobs == 1:
         for cell in cells:
             record(run_cell(cell))
-            if outcomes[-1].status == "failed":
+            if outcomes[-1].status == "failed" and not keep_going:
                 break
     else:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -292,11 +299,14 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     record(future.result())
-                if any(o.status == "failed" for o in outcomes):
+                if not keep_going and any(o.status == "failed" for o in outcomes):
                     for future in pending:
                         future.cancel()
                     pending = {f for f in pending if not f.cancelled()}
     failed = [o for o in outcomes if o.status == "failed"]
+    if len(failed) == 1:
+        raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}", outcomes)
     if failed:
-        raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}")
+        raise CellError(f"{len(failed)} cells failed: " + "; ".join(f"{o.cell.label}: {o.error}" for o in failed),
+                        outcomes)
     return outcomes

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
-from fedaug.methods.base.fednova import FedNova, normalizing_norm
+from fedaug.methods.base._common import normalizing_norm
+from fedaug.methods.base.fednova import FedNova
 from fedaug.methods.component import Uplink
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import W0, Linear2, run_client

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from fedaug.core.errors import ConfigError
 from fedaug.methods.base.scaffold import SCAFFOLD
 from fedaug.methods.component import Uplink
 from fedaug.methods.recipe import Recipe
@@ -35,6 +37,34 @@ def test_client_steps_with_corrected_gradients_and_updates_its_variate():
     ci_new_w = CI_W - C_W + (W0 - w) / (2 * LR)  # line 12, option II, K = 2
     np.testing.assert_allclose(result.state["scaffold"]["control"]["head.weight"].numpy(), ci_new_w, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(part["dc/head.weight"].numpy(), ci_new_w - CI_W, rtol=1e-4, atol=1e-6)
+
+
+def test_with_momentum_the_variate_divides_by_the_heavy_ball_step_count():
+    scaffold = SCAFFOLD()
+    model = Linear2()
+    server = scaffold.init_server(model)
+    server["control"] = {"head.weight": t(C_W), "head.bias": t(C_B)}
+    state = {"scaffold": {"control": {"head.weight": t(CI_W), "head.bias": t(CI_B)}}}
+    result = run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, steps=3,
+                        momentum=0.5)
+    w, b = W0.copy(), B0.copy()
+    vw, vb = np.zeros_like(w), np.zeros_like(b)
+    for _ in range(3):  # PyTorch's heavy ball on the corrected gradient: v <- rho v + g, y <- y - eta v
+        gw, gb = ce_grads(w, b)
+        vw, vb = 0.5 * vw + (gw - CI_W + C_W), 0.5 * vb + (gb - CI_B + C_B)
+        w, b = w - LR * vw, b - LR * vb
+    np.testing.assert_allclose(result.uplink["scaffold"]["head.weight"].numpy(), w, rtol=1e-5)
+    a = 1 + 1.5 + 1.75  # sum_k (1 - rho^k) / (1 - rho) for K = 3, rho = 0.5
+    ci_new_b = CI_B - C_B + (B0 - b) / (a * LR)
+    np.testing.assert_allclose(result.state["scaffold"]["control"]["head.bias"].numpy(), ci_new_b, rtol=1e-4, atol=1e-6)
+
+
+def test_option_two_needs_sgd():
+    scaffold = SCAFFOLD()
+    model = Linear2()
+    down = {"scaffold": scaffold.downlink(scaffold.init_server(model), 0)}
+    with pytest.raises(ConfigError, match="train.optimizer=Adam, set train.optimizer=sgd"):
+        run_client(Recipe(scaffold), model, down, steps=1, optimizer="adam")
 
 
 def test_server_step_and_variate_average_over_all_clients():

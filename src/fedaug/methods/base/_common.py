@@ -17,6 +17,20 @@ from fedaug.methods.component import ClientCtx, Uplink
 from fedaug.models.split import StagedModel, split_stages
 
 
+def normalizing_norm(num_steps: int, momentum: float) -> float:
+    """``||a_i||_1`` of FedNova (Wang et al. 2020, Sec. 4 and Appendix C) for local SGD: how many
+    learning-rate-sized steps ``num_steps`` optimiser steps add up to, i.e. ``y - x = -lr * a * g``
+    for a constant gradient g (FedNova's normaliser, SCAFFOLD's option-II divisor).
+
+    Plain SGD: ``tau``. SGD with momentum rho (PyTorch's heavy ball):
+    ``[tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho)``.
+    """
+    if momentum == 0:
+        return float(num_steps)
+    rho = momentum
+    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+
+
 def check_range(option: str, value: float, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False, hi_open: bool = False) -> None:
     """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is in range.

@@ -9,22 +9,10 @@ from torch import nn
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import client_weights, trainable
+from fedaug.methods.base._common import client_weights, normalizing_norm, trainable
 from fedaug.methods.component import ClientCtx, State, Uplink
 from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
-
-
-def normalizing_norm(num_steps: int, momentum: float) -> float:
-    """``||a_i||_1`` of FedNova (Wang et al. 2020, Sec. 4 and Appendix C) for local SGD.
-
-    Plain SGD: ``tau``. SGD with momentum rho (PyTorch's heavy ball):
-    ``[tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho)``.
-    """
-    if momentum == 0:
-        return float(num_steps)
-    rho = momentum
-    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
 
 
 @METHODS.register("fednova", "FedNova (Wang et al. 2020): updates normalised by the number of local steps")

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedaug.core.errors import FedaugError
+from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import check_range, client_weights, detached, trainable
+from fedaug.methods.base._common import check_range, client_weights, detached, normalizing_norm, trainable
 from fedaug.methods.component import ClientCtx, State, Uplink
 from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
@@ -30,9 +30,20 @@ class SCAFFOLD(FedAvg):
     with N the number of clients. Control variates exist for trainable parameters; buffers take
     FedAvg's average. K is the round's number of optimiser steps.
 
+    Option II reads ``(x - y) / (K eta_l)`` as the round's average gradient, which holds for plain
+    SGD. With SGD momentum rho the K steps move the weights about ``a = sum_k (1 - rho^k) / (1 - rho)``
+    learning-rate-sized steps (up to ``K / (1 - rho)``, 10 K at rho = 0.9), so fedaug divides by
+    ``a eta_l`` (:func:`~fedaug.methods.base._common.normalizing_norm`, FedNova's ``||a_i||_1``;
+    ``a = K`` without momentum, the paper's update). Dividing by ``K eta_l`` under momentum inflates
+    every variate by up to ``1 / (1 - rho)`` and the corrected steps diverge (seen on Digits-4 at
+    rho = 0.9: NaN BatchNorm statistics by round 14).
+
     Args:
         server_lr: global step size eta_g (> 0, default 1).
         weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i``; the paper: uniform).
+
+    Raises:
+        ConfigError: (in training) the local optimiser is not SGD (option II assumes SGD steps).
 
     >>> scaffold = SCAFFOLD()
     """
@@ -53,8 +64,14 @@ class SCAFFOLD(FedAvg):
         self._c = {k: part[CONTROL + k] for k in params}
         self._ci = state.get("control") or {k: torch.zeros_like(p) for k, p in self._x.items()}
         self._correction = [(p, self._c[k] - self._ci[k]) for k, p in params.items()]
+        self._momentum: float | None = None
 
     def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
+        if self._momentum is None:
+            if not isinstance(optimizer, torch.optim.SGD):
+                raise ConfigError("scaffold's option-II control variates assume SGD steps; got "
+                                  f"train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
+            self._momentum = float(optimizer.param_groups[0]["momentum"])
         for p, corr in self._correction:
             if p.grad is not None:
                 p.grad.add_(corr)
@@ -62,7 +79,7 @@ class SCAFFOLD(FedAvg):
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
         part, state = super().round_end(ctx)
         y = trainable(ctx.model)
-        scale = 1.0 / (ctx.num_steps * ctx.lr)
+        scale = 1.0 / (normalizing_norm(ctx.num_steps, self._momentum or 0.0) * ctx.lr)
         ci_new = {k: self._ci[k] - self._c[k] + scale * (self._x[k] - y[k].detach()) for k in self._x}
         part.update({DELTA + k: ci_new[k] - self._ci[k] for k in self._x})
         return part, {**state, "control": ci_new}
