@@ -83,6 +83,13 @@ READINGS: dict[str, str] = {
         "FEDAUG_FFA_KERNEL=off the current code reproduces the earlier runs exactly), and that "
         "rounding alone moved seed 0 from 70.0 to 68.9 and seed 1 from 65.9 to 61.2 after 30 rounds. "
         "Differences of a few points between single runs are within that chaos."),
+    "fedfa_fig2_digits4": (
+        "Both methods lose accuracy steadily as the clients' training sets shrink (about 64 % with "
+        "all of it, 26-27 % with 1/6), but FedFA is not ahead of FedAvg at any size: the differences "
+        "run from -8.1 to +1.5 points final (-4.0 to +1.8 best), none significant over 2 seeds. The "
+        "paper's Fig. 2 (ProstateMRI segmentation, FedFA ahead at every fraction) is not reproduced on "
+        "this classification stand-in. The 6/6 cells are the Table 1 FedAvg runs and the Table 8 "
+        "{1, 2, 3, 4} runs (same configs, copied in by --reuse)."),
     "fedrdn_table1_digits4": (
         "FedRDN raises the final accuracy of all six algorithms (+0.6 to +6.8 points), the paper's "
         "direction (an up arrow in every row), though by less than the paper's +7 to +11 on "
