@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from fedaug.report.results import summary_methods, summary_metric
+
 DPI = 100
 
 
@@ -100,9 +102,7 @@ def settings_png(summary: dict[str, Any], which: str = "final") -> bytes:
     bars; settings a method has no finished run in are left out of its line."""
     settings = list(summary["settings"])
     fig, (ax,) = _figure(max(7.0, 0.8 * len(settings) + 2), 3.6)
-    methods: list[str] = []
-    for s in summary["settings"].values():
-        methods += [m for m in s["methods"] if m not in methods]
+    methods = summary_methods(summary)
     for k, method in enumerate(methods):
         points = [(j, summary["settings"][name]["methods"].get(method)) for j, name in enumerate(settings)]
         points = [(j, c[which]) for j, c in points if c and c["n"] > 0]
@@ -111,10 +111,9 @@ def settings_png(summary: dict[str, Any], which: str = "final") -> bytes:
         x = np.asarray([j for j, _ in points]) + (k - (len(methods) - 1) / 2) * 0.04
         ax.errorbar(x, [100 * p["mean"] for _, p in points], yerr=[100 * p["std"] for _, p in points], fmt="o-",
                     color=_colour(k), capsize=3, label=method, linewidth=1.5)
-    metrics = {s["metric"] for s in summary["settings"].values()} - {""}
     ax.set_xticks(np.arange(len(settings)), settings, rotation=20 if len(settings) > 4 else 0, fontsize=8)
     ax.set_xlabel("setting")
-    ax.set_ylabel(f"{which} mean client test {'/'.join(sorted(metrics))} (%)")
+    ax.set_ylabel(f"{which} mean client test {summary_metric(summary)} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _png(fig)

@@ -225,3 +225,16 @@ def summarize(results: Results) -> dict[str, Any]:
         out["settings"][setting] = {"metric": next(iter(metrics), ""), "clients": list(clients),
                                     "baseline": results.baseline, "methods": methods}
     return out
+
+
+def summary_methods(summary: dict[str, Any]) -> list[str]:
+    """Every method of a :func:`summarize` result, in order of first appearance over the settings."""
+    methods: list[str] = []
+    for s in summary["settings"].values():
+        methods += [m for m in s["methods"] if m not in methods]
+    return methods
+
+
+def summary_metric(summary: dict[str, Any]) -> str:
+    """The metric name(s) of a :func:`summarize` result (``"acc"``; ``"acc/dice"`` if mixed across settings)."""
+    return "/".join(sorted({s["metric"] for s in summary["settings"].values()} - {""}))

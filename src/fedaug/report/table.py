@@ -11,7 +11,7 @@ from typing import Any
 from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.document import Block, Heading, Paragraph, Table, to_markdown
 from fedaug.report.grid import DEFAULT_SETTING
-from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.results import load_grid_results, summarize, summary_methods, summary_metric
 
 
 def _pct(x: float | None) -> str:
@@ -119,14 +119,11 @@ def overview_table(summary: dict[str, Any], which: str = "final") -> Table:
     """All settings at once: one row per setting, one column per method, each cell the mean ± std
     over seeds of the ``which`` (final or best) mean-over-clients test metric with its difference
     from the setting's baseline (:func:`overview_cell`)."""
-    methods: list[str] = []
-    for s in summary["settings"].values():
-        methods += [m for m in s["methods"] if m not in methods]
+    methods = summary_methods(summary)
     seeds = len(summary["grid"]["seeds"])
     rows = [[setting, *(overview_cell(s["methods"][m], which, seeds) if m in s["methods"] else "-" for m in methods)]
             for setting, s in summary["settings"].items()]
-    metrics = "/".join(sorted({s["metric"] for s in summary["settings"].values()} - {""}))
-    return Table([f"setting ({which} test {metrics}, %)", *methods], rows)
+    return Table([f"setting ({which} test {summary_metric(summary)}, %)", *methods], rows)
 
 
 def comparison_tables(summary: dict[str, Any]) -> list[Block]:

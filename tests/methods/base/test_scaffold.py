@@ -20,17 +20,30 @@ def t(a):
     return torch.tensor(a, dtype=torch.float32)
 
 
-def test_client_steps_with_corrected_gradients_and_updates_its_variate():
-    scaffold = SCAFFOLD()
+def client_round(scaffold: SCAFFOLD, **cfg):
+    """One client round on the tiny model with server variate ``c`` and client variate ``c_i``."""
     model = Linear2()
     server = scaffold.init_server(model)
     server["control"] = {"head.weight": t(C_W), "head.bias": t(C_B)}
     state = {"scaffold": {"control": {"head.weight": t(CI_W), "head.bias": t(CI_B)}}}
-    result = run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, steps=2)
+    return run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, **cfg)
+
+
+def heavy_ball(steps: int, rho: float):
+    """The weights after ``steps`` of PyTorch's heavy ball on the corrected gradient (rho = 0: Alg. 1
+    line 10, y <- y - eta_l (g(y) - c_i + c)): v <- rho v + g, y <- y - eta v."""
     w, b = W0.copy(), B0.copy()
-    for _ in range(2):  # Alg. 1 line 10: y <- y - eta_l (g(y) - c_i + c)
+    vw, vb = np.zeros_like(w), np.zeros_like(b)
+    for _ in range(steps):
         gw, gb = ce_grads(w, b)
-        w, b = w - LR * (gw - CI_W + C_W), b - LR * (gb - CI_B + C_B)
+        vw, vb = rho * vw + (gw - CI_W + C_W), rho * vb + (gb - CI_B + C_B)
+        w, b = w - LR * vw, b - LR * vb
+    return w, b
+
+
+def test_client_steps_with_corrected_gradients_and_updates_its_variate():
+    result = client_round(SCAFFOLD(), steps=2)
+    w, b = heavy_ball(2, 0.0)
     part = result.uplink["scaffold"]
     np.testing.assert_allclose(part["head.weight"].numpy(), w, rtol=1e-5)
     np.testing.assert_allclose(part["head.bias"].numpy(), b, rtol=1e-5)
@@ -40,23 +53,24 @@ def test_client_steps_with_corrected_gradients_and_updates_its_variate():
 
 
 def test_with_momentum_the_variate_divides_by_the_heavy_ball_step_count():
-    scaffold = SCAFFOLD()
-    model = Linear2()
-    server = scaffold.init_server(model)
-    server["control"] = {"head.weight": t(C_W), "head.bias": t(C_B)}
-    state = {"scaffold": {"control": {"head.weight": t(CI_W), "head.bias": t(CI_B)}}}
-    result = run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, steps=3,
-                        momentum=0.5)
-    w, b = W0.copy(), B0.copy()
-    vw, vb = np.zeros_like(w), np.zeros_like(b)
-    for _ in range(3):  # PyTorch's heavy ball on the corrected gradient: v <- rho v + g, y <- y - eta v
-        gw, gb = ce_grads(w, b)
-        vw, vb = 0.5 * vw + (gw - CI_W + C_W), 0.5 * vb + (gb - CI_B + C_B)
-        w, b = w - LR * vw, b - LR * vb
+    result = client_round(SCAFFOLD(), steps=3, momentum=0.5)
+    w, b = heavy_ball(3, 0.5)
     np.testing.assert_allclose(result.uplink["scaffold"]["head.weight"].numpy(), w, rtol=1e-5)
     a = 1 + 1.5 + 1.75  # sum_k (1 - rho^k) / (1 - rho) for K = 3, rho = 0.5
     ci_new_b = CI_B - C_B + (B0 - b) / (a * LR)
     np.testing.assert_allclose(result.state["scaffold"]["control"]["head.bias"].numpy(), ci_new_b, rtol=1e-4, atol=1e-6)
+
+
+def test_momentum_aware_off_divides_by_the_step_count_as_written():
+    result = client_round(SCAFFOLD(momentum_aware=False), steps=3, momentum=0.5)
+    _, b = heavy_ball(3, 0.5)
+    ci_new_b = CI_B - C_B + (B0 - b) / (3 * LR)  # line 12 as written, K = 3
+    np.testing.assert_allclose(result.state["scaffold"]["control"]["head.bias"].numpy(), ci_new_b, rtol=1e-4, atol=1e-6)
+
+
+def test_momentum_aware_must_be_a_bool():
+    with pytest.raises(ConfigError, match="scaffold.momentum_aware must be true or false, got 3"):
+        SCAFFOLD(momentum_aware=3)
 
 
 def test_option_two_needs_sgd():

@@ -31,6 +31,17 @@ def normalizing_norm(num_steps: int, momentum: float) -> float:
     return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
 
 
+def sgd_momentum(optimizer: torch.optim.Optimizer, why: str) -> float:
+    """The local optimiser's SGD momentum (0 for plain SGD), for methods whose maths assumes SGD steps.
+
+    Raises:
+        ConfigError: ``"<why>; got train.optimizer=Adam, set train.optimizer=sgd"``.
+    """
+    if not isinstance(optimizer, torch.optim.SGD):
+        raise ConfigError(f"{why}; got train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
+    return float(optimizer.param_groups[0]["momentum"])
+
+
 def check_range(option: str, value: float, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False, hi_open: bool = False) -> None:
     """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is in range.

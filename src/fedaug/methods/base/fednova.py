@@ -7,9 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import client_weights, normalizing_norm, trainable
+from fedaug.methods.base._common import client_weights, normalizing_norm, sgd_momentum, trainable
 from fedaug.methods.component import ClientCtx, State, Uplink
 from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
@@ -42,10 +41,7 @@ class FedNova(FedAvg):
 
     def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
         if self._momentum is None:
-            if not isinstance(optimizer, torch.optim.SGD):
-                raise ConfigError(f"fednova normalises SGD updates; got train.optimizer={type(optimizer).__name__}, "
-                                  "set train.optimizer=sgd")
-            self._momentum = float(optimizer.param_groups[0]["momentum"])
+            self._momentum = sgd_momentum(optimizer, "fednova normalises SGD updates")
 
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
         part, state = super().round_end(ctx)

@@ -9,7 +9,7 @@ from torch import nn
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import check_range, client_weights, detached, normalizing_norm, trainable
+from fedaug.methods.base._common import check_range, client_weights, detached, normalizing_norm, sgd_momentum, trainable
 from fedaug.methods.component import ClientCtx, State, Uplink
 from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
@@ -36,10 +36,12 @@ class SCAFFOLD(FedAvg):
     ``a eta_l`` (:func:`~fedaug.methods.base._common.normalizing_norm`, FedNova's ``||a_i||_1``;
     ``a = K`` without momentum, the paper's update). Dividing by ``K eta_l`` under momentum inflates
     every variate by up to ``1 / (1 - rho)`` and the corrected steps diverge (seen on Digits-4 at
-    rho = 0.9: NaN BatchNorm statistics by round 14).
+    rho = 0.9: NaN BatchNorm statistics by round 14). ``momentum_aware=False`` divides by ``K eta_l``
+    whatever the momentum, the paper's formula as written, for comparison with code that does.
 
     Args:
         server_lr: global step size eta_g (> 0, default 1).
+        momentum_aware: divide by ``a eta_l`` (default) or by ``K eta_l``.
         weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i``; the paper: uniform).
 
     Raises:
@@ -50,10 +52,14 @@ class SCAFFOLD(FedAvg):
 
     name = "scaffold"
 
-    def __init__(self, *, server_lr: float = 1.0, weighting: str = "samples", bn: str = "average") -> None:
+    def __init__(self, *, server_lr: float = 1.0, momentum_aware: bool = True, weighting: str = "samples",
+                 bn: str = "average") -> None:
         super().__init__(weighting=weighting, bn=bn)
         check_range("scaffold.server_lr", server_lr, lo=0.0, lo_open=True)
         self.server_lr = server_lr
+        if not isinstance(momentum_aware, bool):
+            raise ConfigError(f"scaffold.momentum_aware must be true or false, got {momentum_aware!r}")
+        self.momentum_aware = momentum_aware
         self.num_clients = 0
 
     # --- client side -----------------------------------------------------------------------
@@ -68,10 +74,7 @@ class SCAFFOLD(FedAvg):
 
     def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
         if self._momentum is None:
-            if not isinstance(optimizer, torch.optim.SGD):
-                raise ConfigError("scaffold's option-II control variates assume SGD steps; got "
-                                  f"train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
-            self._momentum = float(optimizer.param_groups[0]["momentum"])
+            self._momentum = sgd_momentum(optimizer, "scaffold's option-II control variates assume SGD steps")
         for p, corr in self._correction:
             if p.grad is not None:
                 p.grad.add_(corr)
@@ -79,7 +82,8 @@ class SCAFFOLD(FedAvg):
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
         part, state = super().round_end(ctx)
         y = trainable(ctx.model)
-        scale = 1.0 / (normalizing_norm(ctx.num_steps, self._momentum or 0.0) * ctx.lr)
+        momentum = (self._momentum or 0.0) if self.momentum_aware else 0.0
+        scale = 1.0 / (normalizing_norm(ctx.num_steps, momentum) * ctx.lr)
         ci_new = {k: self._ci[k] - self._c[k] + scale * (self._x[k] - y[k].detach()) for k in self._x}
         part.update({DELTA + k: ci_new[k] - self._ci[k] for k in self._x})
         return part, {**state, "control": ci_new}
