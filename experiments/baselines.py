@@ -1,7 +1,8 @@
 """The baselines table (FedRDN, arXiv:2310.14390, Table 1 layout, on fedaug's data; docs/baselines.md):
 one row per algorithm, and per dataset the final mean client test accuracy without augmentation,
 with FedRDN and with FedFA (mean +/- std over seeds), with each augmentation's gain over the
-algorithm alone and its paired t-test p-value.
+algorithm alone and its paired t-test p-value; and a figure of those gains
+(``docs/figures/baselines_gains.png``: one bar per algorithm and augmentation, ``*`` where p < 0.05).
 
 The runs are the cells of the shipped grid ``baselines_digits4_fmnist`` (settings = dataset x
 algorithm, methods = none / FedRDN / FedFA), run by ``fedaug compare`` (resumable, parallel,
@@ -17,7 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fedaug.core.serialize import atomic_write_text
+from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
+from fedaug.report.figures import gains_png
 from fedaug.report.results import load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE
 from fedaug.report.table import overview_cell
@@ -48,6 +50,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=Path, default=Path("runs/compare/baselines_digits4_fmnist"),
                         help="the grid's output directory (fedaug compare --out)")
+    parser.add_argument("--figure", type=Path, default=Path("docs/figures/baselines_gains.png"),
+                        help="where the gains figure goes")
     args = parser.parse_args()
     if not (args.grid / GRID_FILE).is_file():
         parser.error(f"--grid {args.grid} holds no fedaug compare grid (no {GRID_FILE}); run "
@@ -55,7 +59,9 @@ def main() -> None:
     summary = summarize(load_grid_results(args.grid))
     text = pivot(summary)
     atomic_write_text(args.grid / "pivot.md", text + "\n")
+    atomic_write_bytes(args.figure, gains_png(summary))
     print(text)
+    print(f"\ngains figure: {args.figure}")
     if summary["missing"]:
         print(f"\n{len(summary['missing'])} cells not finished yet; re-run the fedaug compare command")
 

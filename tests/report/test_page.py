@@ -17,7 +17,7 @@ from sklearn.metrics import davies_bouldin_score
 from fedaug.core.errors import ConfigError
 from fedaug.report.document import Heading, Image, Paragraph, Table, to_html, to_markdown
 from fedaug.report.features import embed, run_features
-from fedaug.report.figures import settings_png
+from fedaug.report.figures import gains_png, settings_png
 from fedaug.report.page import write_report
 from fedaug.report.results import load_results, summarize
 from fedaug.report.runner import run_grid
@@ -154,9 +154,28 @@ def test_a_grid_with_several_settings_gets_the_across_settings_figure(tmp_path):
     run_grid(tiny_spec(settings={"3 rounds": {}, "2 rounds": {"train": {"rounds": 2}}}, seeds=[0]), out)
     files = write_report([out], tmp_path / "report")
     md = files["markdown"].read_text()
-    assert "## Across settings" in md and "(report_files/settings.png)" in md
+    assert "## Across settings" in md and "(report_files/settings.png)" in md and "(report_files/gains.png)" in md
     assert md.count("| setting (final test acc, %) | FedAvg | FedAvg lr 0.2 |") == 1
     assert md.count("| setting (best test acc, %) | FedAvg | FedAvg lr 0.2 |") == 1
     parser = Cells()
     parser.feed(files["html"].read_text())
-    assert len(parser.imgs) == 1 + 2 * 3  # across settings, then curves, bars, comm per setting
+    assert len(parser.imgs) == 2 + 2 * 3  # across settings and gains, then curves, bars, comm per setting
+
+
+def test_gains_figure_draws_each_methods_paired_gain_over_the_baseline():
+    def cell(seeds: list[int], values: list[float]) -> dict:
+        return {"n": len(seeds), "seeds": seeds, "final": {"values": values}}
+
+    base = cell([0, 1], [0.50, 0.52])
+    summary = {"settings": {
+        "s1": {"metric": "acc", "baseline": "none", "methods": {
+            "none": base, "A": cell([0, 1], [0.56, 0.58]), "B": cell([0, 1], [0.52, 0.54])}},
+        # seed 2 has no baseline run: left out, else A's mean gain here would be 12 points, not 6
+        "s2": {"metric": "acc", "baseline": "none", "methods": {
+            "none": base, "A": cell([0, 1, 2], [0.56, 0.58, 0.74]), "B": {"n": 0}}},
+    }}
+    png = gains_png(summary)
+    assert png.startswith(PNG)
+    a, b = _colour_pixels(png, (255, 127, 14)), _colour_pixels(png, (44, 160, 44))  # tab10 C1, C2
+    assert 5.0 < a / b < 7.0  # two 6-point bars against one 2-point bar (plus one legend patch each)
+    assert _colour_pixels(png, (31, 119, 180)) == 0  # the baseline (C0) draws nothing

@@ -119,6 +119,51 @@ def settings_png(summary: dict[str, Any], which: str = "final") -> bytes:
     return _png(fig)
 
 
+def _paired_gains(cell: dict[str, Any], base: dict[str, Any], which: str) -> list[float]:
+    """``cell``'s metric minus ``base``'s on each seed both finished (percentage points)."""
+    by_seed = dict(zip(base.get("seeds", []), base[which]["values"])) if base.get("n") else {}
+    return [100 * (v - by_seed[s]) for s, v in zip(cell["seeds"], cell[which]["values"]) if s in by_seed]
+
+
+def gains_png(summary: dict[str, Any], which: str = "final") -> bytes:
+    """Horizontal bars: per setting (top to bottom, in grid order) each method's gain over the
+    setting's baseline in percentage points, the mean of the paired per-seed differences (the
+    overview table's Delta), with ± their standard deviation; a ``*`` marks paired p < 0.05 (the
+    FedRDN paper's Table 1 arrows, drawn).
+    Methods keep their colours of the other figures; the baseline draws no bar, and a cell with
+    no seed in common with its baseline is left out."""
+    settings = list(summary["settings"])
+    methods = summary_methods(summary)
+    drawn = [m for m in methods if any(m != s["baseline"] for s in summary["settings"].values())]
+    fig, (ax,) = _figure(7.0, 0.16 * len(settings) * max(len(drawn), 1) + 1.6)
+    height = 0.8 / max(len(drawn), 1)
+    for j, method in enumerate(drawn):
+        k, label = methods.index(method), method
+        for i, s in enumerate(summary["settings"].values()):
+            cell, base = s["methods"].get(method), s["methods"].get(s["baseline"])
+            if method == s["baseline"] or not cell or cell["n"] == 0 or not base:
+                continue
+            gains = _paired_gains(cell, base, which)
+            if not gains:
+                continue
+            y = i + (j - (len(drawn) - 1) / 2) * height
+            err = float(np.std(gains, ddof=1)) if len(gains) > 1 else None
+            mean = float(np.mean(gains))
+            ax.barh(y, mean, height, xerr=err, color=_colour(k), capsize=2, label=label)
+            label = None
+            p = cell.get("vs_baseline", {}).get(which, {}).get("p")
+            if p is not None and p < 0.05:
+                end = mean + (err or 0.0) * (1 if mean >= 0 else -1)  # beyond the error bar
+                ax.annotate("*", (end, y), textcoords="offset points", xytext=(4 if mean >= 0 else -9, -4), fontsize=9)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_yticks(np.arange(len(settings)), settings, fontsize=7)
+    ax.set_ylim(len(settings) - 0.5, -0.5)
+    ax.set_xlabel(f"gain over the baseline, {which} mean client test {summary_metric(summary)} (points)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def features_png(panels: Sequence[dict[str, Any]]) -> bytes:
     """One scatter per method of 2-D feature embeddings coloured by client.
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from fedaug.core.serialize import atomic_write_bytes, atomic_write_json, atomic_write_text
 from fedaug.report.document import Block, Heading, Image, Paragraph, Table, to_html, to_markdown
-from fedaug.report.figures import client_bars_png, comm_png, curves_png, features_png, settings_png
+from fedaug.report.figures import client_bars_png, comm_png, curves_png, features_png, gains_png, settings_png
 from fedaug.report.grid import DEFAULT_SETTING, slug
 from fedaug.report.results import Results, load_results, summarize
 from fedaug.report.table import COLUMNS_NOTE, about_blocks, overview_table, setting_tables
@@ -43,7 +43,8 @@ def report_blocks(summary: dict[str, Any], features: dict[str, list[dict[str, An
     blocks: list[Block] = [Heading(1, f"fedaug report: {meta['name']}"), *about_blocks(meta, summary["missing"])]
     if sum(any(c["n"] for c in s["methods"].values()) for s in summary["settings"].values()) > 1:
         blocks += [Heading(2, "Across settings"), overview_table(summary, "final"), overview_table(summary, "best"),
-                   Image("settings.png", settings_png(summary), "final mean client test metric per setting")]
+                   Image("settings.png", settings_png(summary), "final mean client test metric per setting"),
+                   Image("gains.png", gains_png(summary), "each method's final gain over its setting's baseline")]
     for setting, s in summary["settings"].items():
         tag = slug(setting)
         blocks.append(Heading(2, "Results" if setting == DEFAULT_SETTING else f"Setting: {setting}"))
