@@ -1,8 +1,9 @@
 """The baselines table (FedRDN, arXiv:2310.14390, Table 1 layout, on fedaug's data; docs/baselines.md):
-one row per algorithm, and per dataset the final mean client test accuracy without augmentation,
-with FedRDN and with FedFA (mean +/- std over seeds), with each augmentation's gain over the
-algorithm alone and its paired t-test p-value; and a figure of those gains
-(``docs/figures/baselines_gains.png``: one bar per algorithm and augmentation, ``*`` where p < 0.05).
+one row per algorithm, and per dataset the mean client test accuracy (at the final round, and at
+the best round by validation) without augmentation, with FedRDN and with FedFA (mean +/- std over
+seeds), with each augmentation's gain over the algorithm alone and its paired t-test p-value; and a
+figure of the final gains (``docs/figures/baselines_gains.png``: one bar per algorithm and
+augmentation, ``*`` where p < 0.05).
 
 The runs are the cells of the shipped grid ``baselines_digits4_fmnist`` (settings = dataset x
 algorithm, methods = none / FedRDN / FedFA), run by ``fedaug compare`` (resumable, parallel,
@@ -27,8 +28,9 @@ from fedaug.report.table import overview_cell
 COLUMNS = ("none", "FedRDN", "FedFA")
 
 
-def pivot(summary: dict[str, Any]) -> str:
-    """Markdown: rows = algorithms, columns = (dataset, none / FedRDN / FedFA)."""
+def pivot(summary: dict[str, Any], which: str = "final") -> str:
+    """Markdown: rows = algorithms, columns = (dataset, none / FedRDN / FedFA); cells at the final
+    round or at the best round by validation (``which``)."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     datasets: list[str] = []
     for setting, s in summary["settings"].items():
@@ -40,7 +42,7 @@ def pivot(summary: dict[str, Any]) -> str:
     seeds = len(summary["grid"]["seeds"])
     lines = ["| algorithm | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
     for algorithm, by_dataset in table.items():
-        cells = [overview_cell(by_dataset[d][c], "final", seeds) if d in by_dataset else "-"
+        cells = [overview_cell(by_dataset[d][c], which, seeds) if d in by_dataset else "-"
                  for d in datasets for c in COLUMNS]
         lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -57,7 +59,7 @@ def main() -> None:
         parser.error(f"--grid {args.grid} holds no fedaug compare grid (no {GRID_FILE}); run "
                      "'fedaug compare baselines_digits4_fmnist --jobs 2 --reuse runs' first, or pass its --out")
     summary = summarize(load_grid_results(args.grid))
-    text = pivot(summary)
+    text = "\n\n".join(f"{which.capitalize()} round:\n\n{pivot(summary, which)}" for which in ("final", "best"))
     atomic_write_text(args.grid / "pivot.md", text + "\n")
     atomic_write_bytes(args.figure, gains_png(summary))
     print(text)
