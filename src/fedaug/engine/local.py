@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,7 @@ from fedaug.config.schema import TrainConfig
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
-from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.component import Batch, ClientCtx, Component, State
 from fedaug.methods.recipe import Recipe
 
 
@@ -34,6 +35,27 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
+
+
+def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
+    """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
+    ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
+    that component)."""
+    views = {c.name: ctx.view(c.name) for c in recipe.components}
+    transforms = recipe.per_batch["transform_batch"]
+
+    def pipeline(before: tuple[Component, ...]) -> Callable[[Batch], Batch]:
+        def apply(batch: Batch) -> Batch:
+            for c in before:
+                batch = c.transform_batch(dataclasses.replace(views[c.name], training=False), batch)
+            return batch
+
+        return apply
+
+    for i, c in enumerate(recipe.components):
+        before = tuple(b for b in recipe.components[:i] if b in transforms)
+        views[c.name] = dataclasses.replace(views[c.name], eval_inputs=pipeline(before))
+    return views
 
 
 def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
@@ -70,7 +92,7 @@ def train_client(
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
     ctx = dataclasses.replace(ctx, num_steps=len(steps))
-    views = {c.name: ctx.view(c.name) for c in recipe.components}
+    views = _component_views(recipe, ctx)
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.components:

@@ -83,6 +83,10 @@ class ClientCtx:
         num_steps: the number of local optimiser steps of this round, known from
             ``round_start`` on (set by the engine; 0 during evaluation).
         component: the name of the component this view belongs to (set by the recipe).
+        eval_inputs: during local training (set by the engine; ``None`` elsewhere), the input
+            pipeline evaluation applies, up to this component: the ``transform_batch`` of every
+            component before it in the recipe, with ``training=False`` (e.g. FedRDN's normalisation
+            with the client's own statistics, Eq. 7). Valid from this component's ``round_start`` on.
     """
 
     model: nn.Module
@@ -95,6 +99,7 @@ class ClientCtx:
     task: Task | None = None
     num_steps: int = 0
     component: str = ""
+    eval_inputs: Callable[[Batch], Batch] | None = None
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
 
     def rng(self, purpose: str) -> torch.Generator:
@@ -111,7 +116,7 @@ class ClientCtx:
         """A view of this context for ``component``; views share their random streams' table."""
         return ClientCtx(
             self.model, self.client_id, self.round, self.seed, self.data,
-            self.lr, self.training, self.task, self.num_steps, component, self._streams,
+            self.lr, self.training, self.task, self.num_steps, component, self.eval_inputs, self._streams,
         )
 
 

@@ -3,6 +3,8 @@ normalisation, protocol (upload once, table per client), accounting and pooled e
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from scipy.stats import chisquare
 
 from fedaug.core.errors import ConfigError
 from fedaug.engine.simulate import build_simulation
+from fedaug.layers.mixing import normalize_channels
 from fedaug.methods.aug.fedrdn import FedRDN, client_stats, draw_pairs
 from fedaug.methods.aug.norm import Normalize
 from fedaug.methods.component import Batch, Uplink
@@ -101,7 +104,9 @@ def test_a_client_uploads_its_statistics_once_and_the_server_keeps_a_table():
     empty = fedrdn.init_server(torch.nn.Identity())
     ctx = make_ctx(x, client_id=7)
     fedrdn.round_start(ctx, fedrdn.downlink(empty, 7), {})  # round 1: only its own pair
-    assert fedrdn._mean.shape == (1, 2)
+    assert fedrdn._train[0].shape == (1, 2)
+    own = normalize_channels(x, *client_stats(ctx))  # Eq. 7, available from round_start on (CCVR uses it)
+    assert torch.equal(fedrdn.transform_batch(dataclasses.replace(ctx, training=False), Batch(x, x[:, 0, 0, 0])).x, own)
     up, state = fedrdn.round_end(ctx)
     assert up["mean"].shape == (1, 2) and state == {"n": 5}
     server = fedrdn.aggregate(empty, [Uplink(7, 5, up)])
@@ -135,7 +140,7 @@ def test_pooled_evaluation_uses_each_samples_own_client_statistics(monkeypatch):
     original = FedRDN.transform_batch
 
     def spy(self, ctx, batch):
-        used.append((ctx.client_id, ctx.training, self._mean.clone()))
+        used.append((ctx.client_id, ctx.training, self._eval[0].clone()))
         return original(self, ctx, batch)
 
     monkeypatch.setattr(FedRDN, "transform_batch", spy)

@@ -9,11 +9,12 @@ import torch
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
+from fedaug.methods.aug.norm import Normalize
 from fedaug.methods.base.ccvr import CCVR, class_statistics, merge_statistics, sample_gaussian
 from fedaug.methods.component import ClientCtx, Uplink
 from fedaug.methods.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe
-from tests.methods.base.tiny import Deep2, Linear2, run_client, split
+from tests.methods.base.tiny import X, Deep2, Linear2, run_client, split
 
 
 def test_merged_statistics_equal_the_pooled_ones():
@@ -71,3 +72,20 @@ def test_calibration_fixes_a_biased_head_for_every_client_alike():
 def test_options_are_checked():
     with pytest.raises(ConfigError, match=r"ccvr.num_virtual must be >= 1, got 0"):
         CCVR(num_virtual=0)
+
+
+@pytest.mark.parametrize("ccvr_first", [False, True])
+def test_statistics_are_of_the_inputs_as_evaluation_transforms_them(ccvr_first):
+    """Under an input augmentation before it, CCVR's statistics are of the inputs evaluation feeds
+    the model ((x - m) / s here), not of the raw ones; placed before the augmentation, of the raw."""
+    m, s = np.array([0.5, -1.0]), np.array([2.0, 0.5])
+    ccvr, fedavg, norm = CCVR(), FedAvg(), Normalize(mean=m.tolist(), std=s.tolist())
+    model = Deep2()
+    ccvr.setup(model)
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model), 0), "ccvr": {}, "norm": {}}
+    x = X if ccvr_first else (X - m) / s
+    features = model.body(torch.tensor(x, dtype=torch.float32)).detach()
+    result = run_client(Recipe(fedavg, [ccvr, norm] if ccvr_first else [norm, ccvr]), model, down)
+    mean, cov, _ = class_statistics(features, split().y, 2)
+    assert torch.allclose(result.uplink["ccvr"]["mean"], mean, atol=1e-6)
+    assert torch.allclose(result.uplink["ccvr"]["cov"], cov, atol=1e-5)

@@ -94,7 +94,9 @@ class FedRDN(Component):
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         self.variant = check_choice(self.name, "variant", variant, VARIANTS)
         self.draw = check_choice(self.name, "draw", draw, DRAWS)
-        self._mean = self._std = torch.zeros(0)
+        empty = torch.zeros(0)
+        self._train: tuple[Tensor, Tensor] = (empty, empty)  # (N', C) pairs, or one (C,) pair for FedRDN-V
+        self._eval: tuple[Tensor, Tensor] = (empty, empty)  # one (C,) pair
         self._channels = 0
         self._upload: tuple[Tensor, Tensor] | None = None
 
@@ -119,25 +121,26 @@ class FedRDN(Component):
         mean, std = torch.cat([mean[others], own_mean[None]]), torch.cat([std[others], own_std[None]])
         return mean, std, mean.shape[0] - 1, True
 
-    def _use(self, mean: Tensor, std: Tensor, own: int, training: bool) -> None:
+    def _pairs(self, mean: Tensor, std: Tensor, own: int, training: bool) -> tuple[Tensor, Tensor]:
         if self.variant == "average":  # Eq. 8
-            self._mean, self._std = mean.mean(0), std.mean(0)
-        elif training:  # Eq. 6: draw from all pairs
-            self._mean, self._std = mean, std
-        else:  # Eq. 7: the client's own pair
-            self._mean, self._std = mean[own], std[own]
+            return mean.mean(0), std.mean(0)
+        if training:  # Eq. 6: draw from all pairs
+            return mean, std
+        return mean[own], std[own]  # Eq. 7: the client's own pair
 
     def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
         mean, std, own, fresh = self._federation(ctx, part, state)
         self._upload = (mean[own : own + 1], std[own : own + 1]) if fresh else None
         self._channels = mean.shape[1]
-        self._use(mean, std, own, training=True)
+        self._train = self._pairs(mean, std, own, training=True)
+        self._eval = self._pairs(mean, std, own, training=False)
 
     def transform_batch(self, ctx: ClientCtx, batch: Batch) -> Batch:
-        if self._mean.dim() == 1:  # evaluation, or FedRDN-V
-            return Batch(normalize_channels(batch.x, self._mean, self._std), batch.y)
-        i, j = draw_pairs(self._mean.shape[0], batch.x.shape[0], self.draw, ctx.rng("pick"))
-        return Batch(normalize_channels(batch.x, self._mean[i], self._std[j]), batch.y)
+        mean, std = self._train if ctx.training else self._eval
+        if mean.dim() == 1:  # evaluation, or FedRDN-V
+            return Batch(normalize_channels(batch.x, mean, std), batch.y)
+        i, j = draw_pairs(mean.shape[0], batch.x.shape[0], self.draw, ctx.rng("pick"))
+        return Batch(normalize_channels(batch.x, mean[i], std[j]), batch.y)
 
     def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
         empty = torch.zeros(0, self._channels)
@@ -149,7 +152,7 @@ class FedRDN(Component):
 
     def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
         mean, std, own, _ = self._federation(ctx, server, state)
-        self._use(mean, std, own, training=False)
+        self._eval = self._pairs(mean, std, own, training=False)
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module) -> State:

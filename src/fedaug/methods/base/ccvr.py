@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.core.rng import generator
 from fedaug.methods.base._common import check_range, classifier_head, feature_tap, label_counts
-from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
 from fedaug.methods.recipe import METHODS
 
 
@@ -77,7 +77,9 @@ class CCVR(Component):
     Every client is evaluated with the same calibrated head (identical draws). Departure: the paper
     calibrates once, after the last round, with statistics of the final global model; here the
     statistics are those of the model each client received in the latest round, so every
-    evaluation is calibrated. Statistics are of untransformed training inputs. Classification only.
+    evaluation is calibrated. The statistics are of the training inputs as evaluation transforms
+    them (``ctx.eval_inputs``: e.g. FedRDN's normalisation with the client's own statistics), so put
+    CCVR after input augmentations (``augs_after``). Classification only.
 
     Args:
         num_virtual: virtual features per class (>= 1, default 100).
@@ -107,8 +109,10 @@ class CCVR(Component):
         tap, model = feature_tap(ctx.model), ctx.model
         was_training = model.training
         model.eval()
+        x, y = ctx.data.x, ctx.data.y
+        inputs = ctx.eval_inputs or (lambda batch: batch)
         try:
-            z = torch.cat([tap.features_of(lambda: model(ctx.data.x[i : i + 256]))[0]
+            z = torch.cat([tap.features_of(lambda: model(inputs(Batch(x[i : i + 256], y[i : i + 256])).x))[0]
                            for i in range(0, len(ctx.data), 256)])
         finally:
             model.train(was_training)
