@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from fedaug.data.base import ClientData
-from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import Meter, Task
 
@@ -44,9 +44,8 @@ def evaluate_client(
         part = getattr(client, split)
         meter = task.meter()
         for i in range(0, len(part), batch_size):
-            batch = Batch(part.x[i : i + batch_size], part.y[i : i + batch_size])
-            for c in recipe.per_batch["transform_batch"]:
-                batch = c.transform_batch(views[c.name], batch)
+            batch = transform_inputs(recipe.per_batch["transform_batch"], views,
+                                     Batch(part.x[i : i + batch_size], part.y[i : i + batch_size]))
             meter.update(model(batch.x), batch.y)
         meters[split] = meter
     return meters

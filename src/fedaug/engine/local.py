@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +13,7 @@ from fedaug.config.schema import TrainConfig
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
-from fedaug.methods.component import Batch, ClientCtx, Component, State
+from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
 
@@ -41,20 +41,13 @@ def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
     """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
     ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
     that component)."""
-    views = {c.name: ctx.view(c.name) for c in recipe.components}
+    eval_ctx = dataclasses.replace(ctx, training=False)
+    eval_views = {c.name: eval_ctx.view(c.name) for c in recipe.components}
     transforms = recipe.per_batch["transform_batch"]
-
-    def pipeline(before: tuple[Component, ...]) -> Callable[[Batch], Batch]:
-        def apply(batch: Batch) -> Batch:
-            for c in before:
-                batch = c.transform_batch(dataclasses.replace(views[c.name], training=False), batch)
-            return batch
-
-        return apply
-
+    views = {}
     for i, c in enumerate(recipe.components):
         before = tuple(b for b in recipe.components[:i] if b in transforms)
-        views[c.name] = dataclasses.replace(views[c.name], eval_inputs=pipeline(before))
+        views[c.name] = dataclasses.replace(ctx.view(c.name), eval_inputs=partial(transform_inputs, before, eval_views))
     return views
 
 
@@ -123,9 +116,7 @@ def train_client(
 
         total_sum = torch.zeros(())
         for idx in steps:
-            batch = Batch(data.x[idx], data.y[idx])
-            for c in transforms:
-                batch = c.transform_batch(views[c.name], batch)
+            batch = transform_inputs(transforms, views, Batch(data.x[idx], data.y[idx]))
             first_call[0] = True
             total_sum += stepper.step(views[stepper.name], optimizer, closure)
         uplink, new_state = {}, {}

@@ -23,7 +23,7 @@ client ``k`` calls ``eval_start`` and then ``transform_batch`` with ``ctx.traini
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -121,6 +121,13 @@ class ClientCtx:
 
 
 Closure = Callable[[], Tensor]
+
+
+def transform_inputs(components: Sequence["Component"], views: Mapping[str, ClientCtx], batch: Batch) -> Batch:
+    """``batch`` through each component's ``transform_batch`` in order, each with its own view."""
+    for c in components:
+        batch = c.transform_batch(views[c.name], batch)
+    return batch
 
 
 class Component:

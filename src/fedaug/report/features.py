@@ -14,7 +14,7 @@ from fedaug.core.errors import CheckpointError, ConfigError, DataError
 from fedaug.engine.records import RunDir
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.flea_buffer import extract_features
-from fedaug.methods.component import Batch, ClientCtx
+from fedaug.methods.component import Batch, ClientCtx, transform_inputs
 from fedaug.models.split import split_stages
 from fedaug.privacy.probe import global_model
 from fedaug.report.results import Run
@@ -53,11 +53,11 @@ def run_features(run: Run, *, stage: str | None = None, per_client: int = 100, s
     feats, names, classes = [], [], []
     for cid, client in enumerate(sim.data.clients):
         part = getattr(client, split)
-        batch = Batch(part.x[:per_client], part.y[:per_client])
         model = global_model(sim, cid)
         ctx = ClientCtx(sim.model, cid, sim.round, sim.cfg.seed, client.train, training=False, task=sim.task)
-        for c in sim.recipe.per_batch["transform_batch"]:
-            batch = c.transform_batch(ctx.view(c.name), batch)
+        transforms = sim.recipe.per_batch["transform_batch"]
+        batch = transform_inputs(transforms, {c.name: ctx.view(c.name) for c in transforms},
+                                 Batch(part.x[:per_client], part.y[:per_client]))
         with torch.no_grad():
             f = extract_features(model, batch.x, stage)
         f = f[0] if isinstance(f, tuple) else f  # U-Nets carry (h, skips)
