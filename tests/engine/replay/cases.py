@@ -1,0 +1,82 @@
+"""The recorded 2-round runs that the engine must replay bit for bit (issue 19, Must show 1).
+
+Each case is a method recipe on the tiny synthetic federation of ``tests/conftest.py``; the FFA layer runs
+its pure-PyTorch path (``kernel.forced("off")``), whose numbers do not depend on the CPU or on a compiler.
+``python -m tests.engine.replay.cases`` (re)writes ``records/<case>.json``: run it only at a commit whose
+numbers are the reference, and say so in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedaug.config.schema import validate
+from fedaug.engine.simulate import build_simulation
+from fedaug.layers import kernel
+from tests.conftest import tiny_raw
+
+RECORDS = Path(__file__).with_name("records")
+
+#: case name -> (base, augs, options); the eleven of the issue plus the other bases and augmentations.
+CASES: dict[str, tuple[str, list[str], dict[str, Any]]] = {
+    "fedavg": ("fedavg", [], {}),
+    "fedbn": ("fedbn", [], {}),
+    "scaffold": ("scaffold", [], {}),
+    "feddyn": ("feddyn", [], {}),
+    "fedfa": ("fedavg", ["fedfa"], {}),
+    "vfda": ("fedavg", ["vfda"], {}),
+    "fedrdn": ("fedavg", ["fedrdn"], {}),
+    "flea": ("fedavg", ["flea"], {}),
+    "fedmix": ("fedavg", ["fedmix"], {}),
+    "ccvr": ("fedavg", ["ccvr"], {"ccvr": {"num_virtual": 8, "epochs": 2}}),
+    "moon": ("moon", [], {}),
+    "fedprox": ("fedprox", [], {"fedprox": {"mu": 0.1}}),
+    "fedprox_fedfa_fedrdn": ("fedprox", ["fedrdn", "fedfa"], {"fedprox": {"mu": 0.1}}),
+    "fedavgm": ("fedavgm", [], {}),
+    "fedadam": ("fedadam", [], {}),
+    "fednova": ("fednova", [], {}),
+    "fedsam": ("fedsam", [], {}),
+    "fedlc": ("fedlc", [], {}),
+    "fedrs": ("fedrs", [], {}),
+    "fedntd": ("fedntd", [], {}),
+    "fedproto": ("fedproto", [], {}),
+    "moon_local_bn": ("moon", ["mixup"], {"moon": {"bn": "local"}}),
+    "feddecorr": ("fedavg", ["feddecorr"], {}),
+    "mixstyle": ("fedavg", ["mixstyle"], {}),
+    "moex": ("fedavg", ["moex"], {}),
+    "manifold_mixup": ("fedavg", ["manifold_mixup"], {}),
+    "feddata": ("fedavg", ["feddata"], {}),
+    "scaffold_fedfa": ("scaffold", ["fedfa"], {}),
+}
+
+
+def case_config(name: str):
+    """The validated config of case ``name``: 2 rounds, 2 of 3 clients sampled per round, eval every round."""
+    base, augs, options = CASES[name]
+    raw = tiny_raw(rounds=2, participation=0.67)
+    raw["method"] = {"base": base, "augs": augs, "options": options}
+    return validate(raw)
+
+
+def run_case(name: str) -> list[dict[str, Any]]:
+    """The case's round records (times left out), as JSON would give them back."""
+    cfg = case_config(name)
+    with kernel.forced("off"):
+        sim = build_simulation(cfg)
+        records = []
+        for r in range(1, cfg.train.rounds + 1):
+            rec = sim.run_round(r)
+            rec["eval"] = sim.evaluate()
+            rec.pop("time")
+            records.append(rec)
+    return json.loads(json.dumps(records))
+
+
+if __name__ == "__main__":
+    RECORDS.mkdir(exist_ok=True)
+    for case in sys.argv[1:] or CASES:
+        (RECORDS / f"{case}.json").write_text(json.dumps(run_case(case), indent=1, sort_keys=True) + "\n")
+        print("wrote", case)
