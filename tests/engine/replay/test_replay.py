@@ -1,8 +1,8 @@
 """Every recorded 2-round run replays to the same records, bit for bit (issue 19, Must show 1).
 
-The records in ``records/`` were written by ``python -m tests.engine.replay.cases`` at 3834afc's engine
-(before the phase/axis refactor). A difference here means a change altered the numerics of an existing
-method: fix it, or, if the change is intended, record it in the CHANGELOG and rewrite the records in a
+The records in ``records/`` were written by ``python -m tests.engine.replay.cases`` at bb05886 (main
+before the phase/axis refactor of issue 19). A difference here means a change altered the numerics of an
+existing method: fix it, or, if the change is intended, record it in the CHANGELOG and rewrite the records in a
 commit that says so.
 """
 
