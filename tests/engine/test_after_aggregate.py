@@ -9,7 +9,7 @@ from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
 from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.methods.component import Component
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe
 from tests.conftest import tiny_raw
 

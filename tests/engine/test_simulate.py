@@ -13,7 +13,7 @@ from fedaug.data.registry import load_dataset
 from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.methods.component import Component
 from fedaug.methods.recipe import Recipe, build_recipe
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.base.fedavg import FedAvg
 from tests.conftest import tiny_raw
 
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from fedaug.core.errors import ConfigError
 from fedaug.methods.component import Uplink
-from fedaug.methods.fedavg import FedAvg, norm_stat_keys, weighted_average
+from fedaug.methods.base.fedavg import FedAvg, norm_stat_keys, weighted_average
 
 
 class Tiny(nn.Module):

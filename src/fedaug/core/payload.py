@@ -89,8 +89,9 @@ def validate_part(part: object, spec: Spec, where: str) -> Part:
 
 
 def part_nbytes(part: Mapping[str, Tensor]) -> int:
-    """Bytes of the tensors' data in ``part`` (numel x element size; names and framing excluded)."""
-    return sum(t.numel() * t.element_size() for t in part.values())
+    """Bytes of the tensors' data in ``part`` (numel x element size; names, framing and any value that
+    is not a tensor excluded: a reply is counted before it is validated)."""
+    return sum(t.numel() * t.element_size() for t in part.values() if isinstance(t, Tensor))
 
 
 def message_nbytes(message: Mapping[str, Mapping[str, Tensor]]) -> dict[str, int]:

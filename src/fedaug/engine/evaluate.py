@@ -12,7 +12,10 @@ from typing import Any
 
 import torch
 
+from fedaug.core.errors import PayloadError
+from fedaug.core.payload import Message, Part, Spec, TensorSpec
 from fedaug.data.base import ClientData
+from fedaug.engine.fleet import METERS, Reply
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import Meter, Task
@@ -21,33 +24,75 @@ SPLITS = ("val", "test")
 
 
 @torch.no_grad()
-def evaluate_client(
-    model: torch.nn.Module, recipe: Recipe, server: Mapping[str, State], state: Mapping[str, State],
-    client_id: int, client: ClientData, task: Task, seed: int, round: int, batch_size: int,
-) -> dict[str, Meter]:
+def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message: Message,
+                    state: Mapping[str, State], batch_size: int) -> Reply:
     """Evaluate the global model on one client's ``val`` and ``test`` splits.
 
-    The client is evaluated with the model its components set up in ``eval_start`` from the server
-    state and its per-client ``state`` (e.g. its own BatchNorm statistics); its inputs pass every
-    component's ``transform_batch`` with ``training=False``.
+    The components that take part in ``"evaluate"`` receive their parts and the client's
+    per-client ``state`` (the server rule loads the global weights, e.g. with the client's own
+    BatchNorm statistics); the inputs pass every component's ``transform_batch`` with
+    ``ctx.training`` False.
+
+    Args:
+        recipe: the method.
+        ctx: the client's context, phase ``"evaluate"``.
+        client: the client's data.
+        message: ``{component name: part}`` of the evaluation, already validated.
+        state: the client's per-client state (read only).
+        batch_size: evaluation batch size.
 
     Returns:
-        ``{"val": meter, "test": meter}``, each the task's meter over that split.
+        The meters of both splits as one part (:func:`meters_part`), under :data:`METERS`.
     """
-    ctx = ClientCtx(model, client_id, round, seed, client.train, training=False, task=task)
     views = {c.name: ctx.view(c.name) for c in recipe.components}
-    for c in recipe.components:
-        c.eval_start(views[c.name], server[c.name], state.get(c.name, {}))
+    for c in recipe.participants("evaluate"):
+        c.receive(views[c.name], message.get(c.name, {}), state.get(c.name, {}))
+    model = ctx.model
     model.eval()
     meters = {}
     for split in SPLITS:
         part = getattr(client, split)
-        meter = task.meter()
+        meter = ctx.task.meter()
         for i in range(0, len(part), batch_size):
             batch = transform_inputs(recipe.per_batch["transform_batch"], views,
                                      Batch(part.x[i : i + batch_size], part.y[i : i + batch_size]))
             meter.update(model(batch.x), batch.y)
         meters[split] = meter
+    return Reply({METERS: meters_part(meters)})
+
+
+def meters_part(meters: Mapping[str, Meter]) -> Part:
+    """``{"<split>.<count>": tensor}`` from each split's :meth:`Meter.state`: floats as float64 and
+    integers as int64 0-d tensors, tensors as they are (exact round trip, :func:`meters_of`)."""
+    out = {}
+    for split, meter in meters.items():
+        for key, value in meter.state().items():
+            if isinstance(value, torch.Tensor):
+                out[f"{split}.{key}"] = value
+            else:
+                out[f"{split}.{key}"] = torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float64)
+    return out
+
+
+def meters_spec(task: Task) -> Spec:
+    """What the server accepts as an evaluation reply: the task's meter counts for each split."""
+    return {k: TensorSpec.like(v) for k, v in meters_part({s: task.meter() for s in SPLITS}).items()}
+
+
+def meters_of(task: Task, part: Part) -> dict[str, Meter]:
+    """The meters a :func:`meters_part` describes (validated against :func:`meters_spec` first).
+
+    Raises:
+        PayloadError: a count is negative.
+    """
+    meters = {}
+    for split in SPLITS:
+        state = {k.split(".", 1)[1]: v for k, v in part.items() if k.startswith(f"{split}.")}
+        negative = sorted(f"{split}.{k}" for k, v in state.items() if bool((v < 0).any()))
+        if negative:
+            raise PayloadError(f"evaluation counts must be >= 0, got negative {', '.join(negative)}")
+        meters[split] = task.meter()
+        meters[split].load_state(state)
     return meters
 
 

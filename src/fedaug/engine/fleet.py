@@ -1,24 +1,43 @@
-"""How the server reaches the clients: the :class:`Fleet` interface and the record of a drop-out.
+"""How the server reaches the clients: the :class:`Fleet` interface, a client's :class:`Reply` and
+the record of a drop-out.
 
-The server side of a round (:mod:`fedaug.engine.server`) never trains a client itself; it hands each
-phase to a fleet, which runs the clients wherever they are and yields one answer per client. The
-in-process engine's fleet trains them on a worker model in this process; the Flower adapter's
-fleet sends Flower messages to SuperNodes. A client that errs or does not answer in time is a
-:class:`Dropped`; the round goes on with the others.
+The server side of a round (:mod:`fedaug.engine.server`) never runs a client itself; it hands each
+phase (train, query, evaluate: :data:`~fedaug.methods.component.PHASES`) to a fleet, which runs the
+clients wherever they are and yields one answer per client. The in-process engine's fleet runs
+them on a worker model in this process; the Flower adapter's fleet sends Flower messages to
+SuperNodes. A client that errs or does not answer in time is a :class:`Dropped`; the round goes on
+with the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from fedaug.core.payload import Message, Part
-from fedaug.engine.local import ClientResult
-from fedaug.methods.component import State
-from fedaug.metrics.tasks import Meter
+from fedaug.core.payload import Message
+from fedaug.methods.component import Phase, State
 
-Phase = Literal["train", "after_aggregate", "evaluate"]
+#: the name of the engine's own part of an evaluation reply: the client's meters (never a component's name).
+METERS = "meters"
+#: how a phase is named in round records (the query keeps the name of its record entry).
+RECORD_NAME: dict[Phase, str] = {"train": "train", "query": "after_aggregate", "evaluate": "evaluate"}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a client answers in one phase.
+
+    Args:
+        message: ``{component name: part}`` (train, query), or ``{METERS: part}`` (evaluate).
+        metrics: training metrics (train only): loss, steps and each loss term.
+        state: the client's new per-client state, where the fleet keeps it in this process (train
+            only; else empty).
+    """
+
+    message: Message
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: dict[str, State] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -35,28 +54,17 @@ class Dropped:
 
     def record(self, client_id: int, phase: Phase) -> dict[str, Any]:
         """The entry of the round record's ``dropped`` list."""
-        return {"client": client_id, "phase": phase, "reason": self.reason, "detail": self.detail}
+        return {"client": client_id, "phase": RECORD_NAME[phase], "reason": self.reason, "detail": self.detail}
 
 
 class Fleet(Protocol):
-    """The clients, as the server reaches them. Each method yields ``(client id, answer)`` pairs,
-    one per client asked, in any order; an answer is the phase's result or a :class:`Dropped`."""
+    """The clients, as the server reaches them."""
 
-    def train(self, r: int, lr: float, client_ids: Sequence[int],
-              downlink: Callable[[int], Message]) -> Iterable[tuple[int, ClientResult | Dropped]]:
-        """Train ``client_ids`` in round ``r``; ``downlink(cid)`` builds a client's message (call it
-        once per client, when the message is needed). A result's ``state`` is the client's new
-        per-client state where the fleet keeps it in this process, else empty."""
-        ...
-
-    def query(self, r: int, client_ids: Sequence[int],
-              downlink: Callable[[int], Part]) -> Iterable[tuple[int, Mapping[str, object] | Dropped]]:
-        """The post-aggregation query: send each client the base's new part (``downlink(cid)``);
-        an answer maps each querying component's name to the part the client returned."""
-        ...
-
-    def evaluate(self, r: int, server: Mapping[str, State]) -> Iterable[tuple[int, Mapping[str, Meter] | Dropped]]:
-        """Evaluate the global model (``server``, the server state) on every client."""
+    def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
+            message: Callable[[int], Message]) -> Iterable[tuple[int, Reply | Dropped]]:
+        """Run ``phase`` of round ``r`` on ``client_ids``; ``message(cid)`` builds a client's message
+        (call it once per client, when it is needed). Yields ``(client id, answer)`` pairs, one per
+        client asked, in any order."""
         ...
 
     def state_bytes(self) -> dict[int, int]:

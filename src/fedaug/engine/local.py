@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -13,18 +12,9 @@ from fedaug.config.schema import TrainConfig
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
+from fedaug.engine.fleet import Reply
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
-
-
-
-@dataclass
-class ClientResult:
-    """A client's round: its uplink message, its new per-client state and its training metrics."""
-
-    uplink: Message
-    state: dict[str, State]
-    metrics: dict[str, float]
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
@@ -41,7 +31,7 @@ def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
     """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
     ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
     that component)."""
-    eval_ctx = dataclasses.replace(ctx, training=False)
+    eval_ctx = dataclasses.replace(ctx, phase="evaluate")
     eval_views = {c.name: eval_ctx.view(c.name) for c in recipe.components}
     transforms = recipe.per_batch["transform_batch"]
     views = {}
@@ -73,23 +63,26 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
 
 def train_client(
     recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
-) -> ClientResult:
-    """Run one client's round on the worker model ``ctx.model``.
+) -> Reply:
+    """Run one client's training phase on the worker model ``ctx.model``.
 
     Args:
         recipe: the method.
-        ctx: the client's context (the engine's own view); each component gets its own view.
+        ctx: the client's context (the engine's own view, phase ``"train"``); each component gets its own view.
         downlink: ``{component name: part}``, already validated.
         state: the client's per-client state ``{component name: state}``.
         cfg: local training options.
+
+    Returns:
+        The uplink message, the training metrics and the client's new per-client state.
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
     ctx = dataclasses.replace(ctx, num_steps=len(steps))
     views = _component_views(recipe, ctx)
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
-        for c in recipe.components:
-            c.round_start(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
+        for c in recipe.participants("train"):
+            c.receive(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
         model.train()
         optimizer = make_optimizer(model, cfg, ctx.lr)
         forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
@@ -120,12 +113,12 @@ def train_client(
             first_call[0] = True
             total_sum += stepper.step(views[stepper.name], optimizer, closure)
         uplink, new_state = {}, {}
-        for c in recipe.components:
-            part, st = c.round_end(views[c.name])
+        for c in recipe.participants("train"):
+            part, st = c.reply(views[c.name])
             uplink[c.name] = part
             if st:
                 new_state[c.name] = st
     n = max(len(steps), 1)
     metrics = {"loss": float(total_sum) / n, "steps": len(steps)}
     metrics.update({k: float(v) / n for k, v in sums.items()})
-    return ClientResult(uplink, new_state, metrics)
+    return Reply(uplink, metrics, new_state)

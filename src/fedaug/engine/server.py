@@ -1,9 +1,10 @@
 """fedaug's server side of a run, whatever carries the messages: the one round loop.
 
-Per round the server samples logical client ids with its own seeded generator, builds each sampled
-client's downlink (a fresh message per client, built when the fleet needs it), validates and counts
-what comes back, aggregates every component's part over the accepted clients sorted by client id,
-runs the post-aggregation query when a component asks for it, and records the round. The clients
+Per round the server samples logical client ids with its own seeded generator and runs the round's
+phases, each the same exchange (:func:`~fedaug.engine.exchange.exchange`: a fresh message per
+client, validated and counted replies): training, whose replies every component aggregates over
+the accepted clients sorted by client id; the post-aggregation query, when a component replies in
+it; and, every ``eval.every`` rounds, evaluation; then it records the round. The clients
 are reached through a :class:`~fedaug.engine.fleet.Fleet`: the in-process engine
 (:mod:`fedaug.engine.simulate`) and the Flower adapter (:mod:`fedaug.engine.flower`) both run this
 code, so the same config and seed give the same numbers on either (DESIGN.md invariant 1).
@@ -12,7 +13,6 @@ code, so the same config and seed give the same numbers on either (DESIGN.md inv
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,17 +21,16 @@ from torch import nn
 
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
-from fedaug.core.payload import Message, message_nbytes, validate_part
 from fedaug.data.base import FederatedData
-from fedaug.engine.after_aggregate import query_phase, queriers
-from fedaug.engine.evaluate import summarize_eval
-from fedaug.engine.fleet import Dropped, Fleet
+from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
+from fedaug.engine.exchange import PhaseResult, exchange
+from fedaug.engine.fleet import METERS, Fleet
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import RunDir
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
-from fedaug.methods.component import State, Uplink
+from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
-from fedaug.metrics.tasks import Meter, make_task
+from fedaug.metrics.tasks import make_task
 
 CHECKPOINT_FORMAT = 1
 
@@ -100,99 +99,106 @@ class Server:
         federation.check(cfg)
         self.cfg, self.recipe, self.model, self.federation, self.fleet = cfg, recipe, model, federation, fleet
         self.task = make_task(federation.task, federation.num_classes)
-        for c in recipe.components:
-            c.setup_server(federation.num_clients)
-        self.server: dict[str, State] = {c.name: c.init_server(model) for c in recipe.components}
+        self.server: dict[str, State] = {c.name: c.init_server(model, federation.num_clients)
+                                         for c in recipe.components}
         self.round = 0
         self.best: dict[str, Any] | None = None
         self.last_eval: dict[str, Any] | None = None
         self.comm_total = {"down": 0, "up": 0}
 
     # --- one round ----------------------------------------------------------------------------
+    def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
+        """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`)."""
+        senders = self.recipe.participants(phase)
+        if phase == "evaluate":
+            specs = {METERS: meters_spec(self.task)}
+        else:
+            specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
+        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs)
+
+    def _aggregate(self, phase: Phase, result: PhaseResult) -> None:
+        """Each component that replies in ``phase`` folds the accepted replies, sorted by client id."""
+        order = sorted(result.replies)  # aggregation order is fixed, whatever order the answers came in
+        num_train = self.federation.num_train
+        for c in self.recipe.participants(phase):
+            if phase == "train" or c.uplink_spec(self.server[c.name], phase):
+                self.server[c.name] = c.aggregate(
+                    self.server[c.name], [Uplink(cid, num_train[cid], result.replies[cid].message[c.name]) for cid in order],
+                    phase)
+
     def run_round(self, r: int) -> dict[str, Any]:
-        """Sample, have the fleet train the sampled clients, validate uplinks, aggregate; return the
-        round record. Clients that err or time out are recorded under ``dropped``; the round goes on
-        while at least ``train.min_clients`` uploads are valid."""
-        cfg, components = self.cfg, self.recipe.components
+        """Sample, train the sampled clients, validate and aggregate their replies, run the
+        post-aggregation query if a component replies in it; return the round record. Clients that
+        err or time out are recorded under ``dropped``, failed replies under ``rejected``; the round
+        goes on while at least ``train.min_clients`` training replies are valid."""
+        cfg = self.cfg
         t0 = time.perf_counter()
         lr = learning_rate(cfg.train, r)
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
-        down = {c.name: 0 for c in components}
-        up = dict(down)
-
-        def downlink(cid: int) -> Message:
-            message = {c.name: c.downlink(self.server[c.name], cid) for c in components}
-            for name, nbytes in message_nbytes(message).items():
-                down[name] += nbytes
-            return message
-
-        uplinks: dict[int, Message] = {}
-        rejected: list[dict[str, Any]] = []
-        dropped: list[dict[str, Any]] = []
-        train_metrics: dict[int, dict[str, float]] = {}
-        for cid, result in self.fleet.train(r, lr, sampled, downlink):
-            if isinstance(result, Dropped):
-                dropped.append(result.record(cid, "train"))
-                continue
-            for name, nbytes in message_nbytes(result.uplink).items():
-                up[name] += nbytes
-            try:
-                for c in components:
-                    validate_part(result.uplink.get(c.name), c.uplink_spec(self.server[c.name]),
-                                  f"uplink of client {cid}, part '{c.name}'")
-            except PayloadError as exc:
-                rejected.append({"client": cid, "reason": str(exc)})
-                continue
-            uplinks[cid] = result.uplink
-            train_metrics[cid] = result.metrics
-        if len(uplinks) < cfg.train.min_clients:
+        train = self._exchange("train", r, lr, sampled)
+        rejected, dropped = list(train.rejected), list(train.dropped)
+        if len(train.replies) < cfg.train.min_clients:
             reasons = "; ".join([f"client {x['client']}: {x['reason']}" for x in rejected]
                                 + [f"client {x['client']} dropped ({x['reason']}: {x['detail']})" for x in dropped])
             raise FedaugError(
-                f"round {r}: only {len(uplinks)} of {len(sampled)} uploads passed validation, "
+                f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
                 f"fewer than train.min_clients={cfg.train.min_clients} ({reasons})"
             )
-        order = sorted(uplinks)  # aggregation order is fixed, whatever order the answers came in
-        num_train = self.federation.num_train
-        for c in components:
-            self.server[c.name] = c.aggregate(self.server[c.name],
-                                              [Uplink(cid, num_train[cid], uplinks[cid][c.name]) for cid in order])
+        self._aggregate("train", train)
+        order = sorted(train.replies)
+        down, up = dict(train.down), dict(train.up)
         query = None
-        if queriers(self.recipe):  # e.g. FLea: the round's clients upload features of the new model
-            query = query_phase(self.recipe, self.server, self.fleet, r, order, num_train)
+        if any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
+            query = self._exchange("query", r, lr, order)  # e.g. FLea: features of the new global model
+            self._aggregate("query", query)
             for name, nbytes in query.down.items():
-                down[name] += nbytes
+                down[name] = down.get(name, 0) + nbytes
             for name, nbytes in query.up.items():
-                up[name] += nbytes
+                up[name] = up.get(name, 0) + nbytes
             rejected += query.rejected
             dropped += query.dropped
         self.round = r
         self.comm_total = {"down": self.comm_total["down"] + sum(down.values()),
                            "up": self.comm_total["up"] + sum(up.values())}
-        losses = [train_metrics[cid]["loss"] for cid in order]
+        metrics = {cid: train.replies[cid].metrics for cid in order}
+        losses = [metrics[cid]["loss"] for cid in order]
         states = self.fleet.state_bytes()
         return {
             "round": r, "lr": lr, "sampled": sampled, "rejected": rejected, "dropped": dropped,
-            "train": {"loss": sum(losses) / len(losses), "clients": {str(cid): train_metrics[cid] for cid in order}},
+            "train": {"loss": sum(losses) / len(losses), "clients": {str(cid): metrics[cid] for cid in order}},
             "comm": {"down": down, "up": up, "down_total": sum(down.values()), "up_total": sum(up.values())},
             "client_state": {"bytes": {str(cid): states[cid] for cid in order if cid in states},
                              "total_bytes": sum(states.values())},
             "time": {"train_s": time.perf_counter() - t0},
-            **({"after_aggregate": {"down": query.down, "up": query.up}} if query is not None else {}),
+            **({"after_aggregate": self._query_record(query)} if query is not None else {}),
         }
 
+    def _query_record(self, query: PhaseResult) -> dict[str, dict[str, int]]:
+        """The query's bytes, of the parts that carry something in it (the server rule's weights down,
+        the asking components' replies up)."""
+        return {"down": {n: b for n, b in query.down.items()
+                         if self.recipe.components[self.recipe.names.index(n)].downlink_spec(self.model, "query")},
+                "up": {n: b for n, b in query.up.items()
+                       if self.recipe.components[self.recipe.names.index(n)].uplink_spec(self.server[n], "query")}}
+
     def evaluate(self) -> dict[str, Any]:
-        """Evaluate the current global model on every client (see :func:`summarize_eval`); clients
-        that drop out of the evaluation are listed under ``dropped``."""
-        meters: dict[int, Mapping[str, Meter]] = {}
-        dropped = []
-        for cid, answer in self.fleet.evaluate(self.round, self.server):
-            if isinstance(answer, Dropped):
-                dropped.append(answer.record(cid, "evaluate"))
-            else:
-                meters[cid] = answer
+        """Evaluate the current global model on every client (see :func:`summarize_eval`): the same
+        exchange as training, its traffic under ``comm``; clients that drop out or whose reply
+        fails its check are listed under ``dropped`` and ``rejected``."""
+        result = self._exchange("evaluate", self.round, 0.0, list(range(self.federation.num_clients)))
+        meters, rejected = {}, list(result.rejected)
+        for cid, reply in result.replies.items():
+            try:
+                meters[cid] = meters_of(self.task, reply.message[METERS])
+            except PayloadError as exc:
+                rejected.append({"client": cid, "phase": "evaluate", "reason": f"round {self.round}: {exc}"})
         ev = summarize_eval(self.task, self.federation.names, meters)
-        return {**ev, "dropped": sorted(dropped, key=lambda d: d["client"])} if dropped else ev
+        if result.dropped:
+            ev["dropped"] = sorted(result.dropped, key=lambda d: d["client"])
+        if rejected:
+            ev["rejected"] = sorted(rejected, key=lambda d: d["client"])
+        ev["comm"] = result.comm()
+        return ev
 
     def _track_best(self, r: int, ev: dict[str, Any]) -> None:
         key = f"{self.cfg.eval.best_by}_{self.task.metric}"

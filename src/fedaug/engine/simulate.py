@@ -10,25 +10,25 @@ adapter; this module supplies the clients: an :class:`InProcessFleet` over the d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
-from fedaug.core.payload import Message, Part, state_nbytes
+from fedaug.core.payload import Message, state_nbytes
 from fedaug.core.runtime import retain_freed_memory
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
-from fedaug.engine.local import ClientResult
+from fedaug.engine.fleet import Reply
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
 from fedaug.engine.worker import Worker, build_worker_model
-from fedaug.methods.component import State
+from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import Recipe, build_recipe
-from fedaug.metrics.tasks import Meter, make_task
+from fedaug.metrics.tasks import make_task
 
 Order = Callable[[list[int]], list[int]]
 
@@ -48,26 +48,18 @@ class InProcessFleet:
         self.order = execution_order or (lambda ids: ids)
         self.client_states: dict[int, dict[str, State]] = {}
 
-    def train(self, r: int, lr: float, client_ids: Sequence[int],
-              downlink: Callable[[int], Message]) -> Iterator[tuple[int, ClientResult]]:
-        for cid in self.order(list(client_ids)):
-            result = self.worker.train(cid, r, lr, self.data.clients[cid].train, downlink(cid),
-                                       self.client_states.get(cid, {}))
-            if result.state:  # the client keeps its new state, whatever the server makes of its upload
-                self.client_states[cid] = result.state
-            else:
-                self.client_states.pop(cid, None)
-            yield cid, result
-
-    def query(self, r: int, client_ids: Sequence[int],
-              downlink: Callable[[int], Part]) -> Iterator[tuple[int, dict[str, object]]]:
-        for cid in self.order(list(client_ids)):
-            yield cid, self.worker.query(cid, r, self.data.clients[cid].train, downlink(cid),
-                                         self.client_states.get(cid, {}))
-
-    def evaluate(self, r: int, server: Mapping[str, State]) -> Iterator[tuple[int, dict[str, Meter]]]:
-        for cid, client in enumerate(self.data.clients):
-            yield cid, self.worker.evaluate(cid, r, client, server, self.client_states.get(cid, {}))
+    def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
+            message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
+        for cid in ids:
+            reply = self.worker.run(phase, cid, r, lr, self.data.clients[cid], message(cid),
+                                    self.client_states.get(cid, {}))
+            if phase == "train":  # the client keeps its new state, whatever the server makes of its upload
+                if reply.state:
+                    self.client_states[cid] = reply.state
+                else:
+                    self.client_states.pop(cid, None)
+            yield cid, reply
 
     def state_bytes(self) -> dict[int, int]:
         return {cid: state_nbytes(st) for cid, st in self.client_states.items()}
@@ -94,7 +86,7 @@ class Simulation(Server):
                  execution_order: Order | None = None) -> None:
         federation = Federation.of(data)
         federation.check(cfg)
-        model = build_worker_model(cfg, recipe, data.input_shape[0], data.num_classes)
+        model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes)
         worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes))
         super().__init__(cfg, recipe, model, federation, InProcessFleet(worker, data, execution_order))
         self.data = data

@@ -11,37 +11,45 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
 from torch import nn
 
 from fedaug.config.schema import RunConfig
-from fedaug.core.payload import Message, Part, validate_part
+from fedaug.core.payload import Message, validate_part
 from fedaug.core.rng import scoped_global_seed
-from fedaug.data.base import ClientData, Split
-from fedaug.engine.after_aggregate import answer_query
+from fedaug.data.base import ClientData
 from fedaug.engine.evaluate import evaluate_client
-from fedaug.engine.local import ClientResult, train_client
-from fedaug.methods.component import ClientCtx, State
+from fedaug.engine.fleet import Reply
+from fedaug.engine.local import train_client
+from fedaug.engine.query import answer_query
+from fedaug.layers.attach import check_chains
+from fedaug.methods.component import PHASES, ClientCtx, Phase, State
 from fedaug.methods.recipe import Recipe
-from fedaug.metrics.tasks import Meter, Task
+from fedaug.metrics.tasks import Task
 from fedaug.models.registry import build_model
 
 
-def build_worker_model(cfg: RunConfig, recipe: Recipe, in_channels: int, num_classes: int) -> nn.Module:
-    """The run's model, initialised from (seed, "init") and set up by every component.
+def build_worker_model(cfg: RunConfig, recipe: Recipe, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The run's model, initialised from (seed, "init") and set up by every component, in recipe order.
 
     The server and every worker build it the same way, so the server's initial state and the
     clients' specs agree wherever they run.
+
+    Args:
+        input_shape: ``(C, *spatial)`` of one sample.
+
+    Raises:
+        ConfigError: attached layers that cannot compose (:func:`~fedaug.layers.attach.check_chains`).
     """
     with scoped_global_seed(cfg.seed, "init"):
-        model = build_model(cfg.model.name, in_channels, num_classes, **cfg.model.options)
+        model = build_model(cfg.model.name, input_shape[0], num_classes, **cfg.model.options)
     for c in recipe.components:
-        c.setup(model)
+        c.setup(model, tuple(input_shape))
+    check_chains(model)
     return model
 
 
 class Worker:
-    """One worker model and the client-side hooks of a method.
+    """One worker model and the client side of every phase of a method.
 
     Args:
         cfg: the run configuration (seed, local training and evaluation options).
@@ -52,30 +60,24 @@ class Worker:
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task) -> None:
         self.cfg, self.recipe, self.model, self.task = cfg, recipe, model, task
-        self.down_specs = {c.name: c.downlink_spec(model) for c in recipe.components}
+        self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
+                           for phase in PHASES}
 
-    def train(self, client_id: int, r: int, lr: float, data: Split, message: Message,
-              state: Mapping[str, State]) -> ClientResult:
-        """Check the round's downlink, then train ``client_id`` (see :func:`train_client`).
+    def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
+            state: Mapping[str, State]) -> Reply:
+        """Check the phase's message, then run ``phase`` for ``client_id``: train (:func:`train_client`),
+        answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`).
 
         Raises:
-            PayloadError: a part of ``message`` is missing or fails its spec.
+            PayloadError: a part of ``message`` is missing or fails its spec (a bad server message
+                fails loudly on the client, DESIGN.md invariant 3).
         """
-        for c in self.recipe.components:
-            validate_part(message.get(c.name), self.down_specs[c.name],
-                          f"round {r}: downlink to client {client_id}, part '{c.name}'")
-        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, task=self.task)
-        return train_client(self.recipe, ctx, message, dict(state), self.cfg.train)
-
-    def query(self, client_id: int, r: int, data: Split, part: Part,
-              state: Mapping[str, State]) -> dict[str, object]:
-        """Answer the post-aggregation query with the new global model (see :func:`answer_query`)."""
-        return answer_query(self.recipe, self.model, self.down_specs[self.recipe.base.name], client_id, r,
-                            self.cfg.seed, data, self.task, part, state)
-
-    @torch.no_grad()
-    def evaluate(self, client_id: int, r: int, client: ClientData, server: Mapping[str, State],
-                 state: Mapping[str, State]) -> dict[str, Meter]:
-        """Evaluate the global model on ``client``'s splits (see :func:`evaluate_client`)."""
-        return evaluate_client(self.model, self.recipe, server, state, client_id, client, self.task,
-                               self.cfg.seed, r, self.cfg.eval.batch_size)
+        where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
+        for name, spec in self.down_specs[phase].items():
+            validate_part(message.get(name), spec, f"round {r}: {where} to client {client_id}, part '{name}'")
+        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, client.train, lr=lr, phase=phase, task=self.task)
+        if phase == "train":
+            return train_client(self.recipe, ctx, message, dict(state), self.cfg.train)
+        if phase == "query":
+            return answer_query(self.recipe, ctx, message, state)
+        return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size)

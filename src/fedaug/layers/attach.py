@@ -4,6 +4,10 @@ Wrapping a module renames its ``state_dict`` keys (opacus' ``_module.``), which 
 averaging across clients; a forward hook that returns the layer's output leaves the model's
 structure, parameters and keys untouched. Attached layers are not children of the model: their
 buffers belong to the component that owns them (its uplink), never to the model's ``state_dict``.
+
+Several layers after one module form a chain, in attach order (PyTorch runs a module's forward
+hooks in registration order, each on the output of the one before): a recipe's components attach
+in recipe order. :func:`check_chains` refuses chains that cannot compose.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from fedaug.core.errors import AttachError, suggest
+from fedaug.core.errors import AttachError, ConfigError, suggest
 
 _MAX_LISTED = 40
 
@@ -23,9 +27,10 @@ _MAX_LISTED = 40
 class _AttachedLayer:
     """Forward hook running ``layer`` on a module's output, in the host model's train/eval mode."""
 
-    def __init__(self, host: nn.Module, layer: nn.Module) -> None:
+    def __init__(self, host: nn.Module, layer: nn.Module, owner: str) -> None:
         self.host = host
         self.layer = layer
+        self.owner = owner
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor:
         if self.layer.training != self.host.training:
@@ -77,10 +82,11 @@ def _names_hint(model: nn.Module, names: list[str]) -> str:
     return hint + (f"; default attach points: {', '.join(stages)}" if stages else "")
 
 
-def attach(model: nn.Module, layers: Mapping[str, nn.Module]) -> AttachHandle:
+def attach(model: nn.Module, layers: Mapping[str, nn.Module], *, owner: str = "") -> AttachHandle:
     """Insert each layer after the named module of ``model``, using forward hooks.
 
-    The module's output ``(B, C, *spatial)`` is replaced by ``layer(output)``. Before each call the
+    The module's output ``(B, C, *spatial)`` is replaced by ``layer(output)``; a module that already
+    has layers gets this one at the end of its chain. Before each call the
     layer is put in the host's mode (``layer.train(model.training)``, since ``model.eval()`` does
     not reach non-children) and moved to the output's device and floating dtype if needed.
     ``model.state_dict()`` and ``model.parameters()`` are unchanged.
@@ -88,13 +94,14 @@ def attach(model: nn.Module, layers: Mapping[str, nn.Module]) -> AttachHandle:
     Args:
         model: the host network.
         layers: module name (as in ``model.named_modules()``) -> layer to run after it.
+        owner: who attaches (a component's name), for :func:`check_chains`' messages.
 
     Returns:
         A handle whose :meth:`AttachHandle.detach` removes the hooks.
 
     Raises:
         AttachError: unknown names (all listed at once, with the closest match and the model's
-            module names), or a name that already has a layer attached by an earlier call.
+            module names).
 
     >>> import torch
     >>> from fedaug.models import build_model
@@ -115,14 +122,37 @@ def attach(model: nn.Module, layers: Mapping[str, nn.Module]) -> AttachHandle:
             f"cannot attach to {type(model).__name__}: no module named {', '.join(problems)}; "
             f"{_names_hint(model, list(modules))}. Fix: use names from dict(model.named_modules())"
         )
-    taken = [n for n in layers if any(isinstance(h, _AttachedLayer) for h in modules[n]._forward_hooks.values())]
-    if taken:
-        raise AttachError(
-            f"cannot attach to {type(model).__name__}: {', '.join(repr(n) for n in taken)} already "
-            "has a layer attached; detach the earlier handle first, or chain both in one nn.Sequential"
-        )
-    handles = [modules[n].register_forward_hook(_AttachedLayer(model, layer)) for n, layer in layers.items()]
+    handles = [modules[n].register_forward_hook(_AttachedLayer(model, layer, owner)) for n, layer in layers.items()]
     return AttachHandle(dict(layers), handles)
+
+
+def chains(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
+    """``{module name: [(owner, layer), ...]}`` of every module with attached layers, in run order."""
+    out = {}
+    for name, module in model.named_modules():
+        chain = [(h.owner, h.layer) for h in module._forward_hooks.values() if isinstance(h, _AttachedLayer)]
+        if chain:
+            out[name] = chain
+    return out
+
+
+def check_chains(model: nn.Module) -> None:
+    """Refuse chains that cannot compose: a layer whose class sets ``must_be_last`` (e.g. MoEx's, whose
+    label mix describes the moments it exchanged) followed by another layer at the same module.
+
+    Raises:
+        ConfigError: naming both owners, the module and the fix (all problems at once).
+    """
+    problems = []
+    for name, chain in chains(model).items():
+        for i, (owner, layer) in enumerate(chain[:-1]):
+            if getattr(layer, "must_be_last", False):
+                after = chain[i + 1][0]
+                problems.append(f"'{after}' attaches a layer after '{owner}' at module '{name}', but '{owner}' must "
+                                f"run last there ({type(layer).__name__}); list '{after}' before '{owner}' in "
+                                "method.augs, or attach it elsewhere")
+    if problems:
+        raise ConfigError("layers that cannot compose: " + "; ".join(problems))
 
 
 class _Probe(nn.Module):

@@ -10,6 +10,8 @@ weight) or comes from an explicit :class:`torch.Generator`, never from global st
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -189,6 +191,10 @@ class MoExLayer(nn.Module):
     >>> layer(x).shape, torch.equal(layer(x), x)  # the second call is not armed
     (torch.Size([4, 3, 5, 5]), True)
     """
+
+    #: a later layer at the same module would re-draw the moments MoEx exchanged, so the label mix
+    #: (weight ``lam`` of the sample's own moments) would no longer describe the features.
+    must_be_last: ClassVar[bool] = True
 
     def __init__(self, *, moments: str = "pono", eps: float = 1e-5) -> None:
         super().__init__()

@@ -1,31 +1,37 @@
 """The component interface: one federated method part, its client hooks and its server hooks.
 
-A run's method is a base algorithm plus augmentations (DESIGN.md, "A method is a composition").
-Every hook is optional and a documented no-op by default (Lightning's ``Callback``); a component
-only talks to its own counterpart on the other side, through its named message part, and keeps
-its per-client and server state as plain dicts of tensors and scalars (invariant 2).
+A run's method is one server rule, any local objectives and any augmentations (DESIGN.md, "A method
+is a composition"). Every hook is optional and a documented no-op by default (Lightning's
+``Callback``); a component only talks to its own counterpart on the other side, through its named
+message part, and keeps its per-client and server state as plain dicts of tensors and scalars
+(invariant 2).
 
-Client side of one round, in call order::
+Every phase of a round is the same exchange (:data:`PHASES`): ``"train"`` (local training),
+``"query"`` (after aggregation, the round's clients answer with the new global state; it runs only
+when a component replies in it, e.g. FLea's features, KDD 2024 Alg. 1 lines 14-17) and
+``"evaluate"`` (the global model on every client). A component takes part in the phases it lists
+in :attr:`Component.phases`; per phase and per client::
 
-    setup(model)                       once per worker model
-    round_start(ctx, part, state)      receive the downlink part, restore per-client state
-    per batch: transform_batch -> step (replaceable; calls the closure: forward (replaceable)
-               -> task_loss (replaceable) + loss_terms -> backward -> before_step; then
-               optimizer.step)
-    round_end(ctx) -> (uplink part, new per-client state)
-    after_aggregate(ctx, state) -> part  only if overridden: after aggregation, with the new global model
+    server: downlink(server, client_id, phase)  -> part, checked on the client against downlink_spec(model, phase)
+    client: receive(ctx, part, state)             ctx.phase says which phase
+            train: per batch transform_batch -> step (replaceable; calls the closure: forward
+                   (replaceable) -> task_loss (replaceable) + loss_terms -> backward -> before_step;
+                   then optimizer.step)
+            evaluate: transform_batch (ctx.training False) and the task's meters
+            reply(ctx) -> (part, new per-client state)   train and query; the state is kept after train only
+    server: aggregate(server, uplinks, phase)    over the accepted parts (checked against
+                                                 uplink_spec(server, phase)), sorted by client id
 
-Server side: ``setup_server`` and ``init_server`` once, then per round ``downlink`` for each sampled client and
-``aggregate`` over the accepted uplinks (sorted by client id), then, if some component overrides
-``after_aggregate``, ``after_aggregate_update`` over those clients' post-aggregation parts. Evaluation of the global model on
-client ``k`` calls ``eval_start`` and then ``transform_batch`` with ``ctx.training == False``.
+``setup(model, input_shape)`` prepares each worker model once (attach layers) and
+``init_server(model, num_clients)`` makes the initial server state. The engine validates and counts
+every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +42,11 @@ from fedaug.data.base import Split
 from fedaug.metrics.tasks import Task
 
 State = dict[str, Any]
+#: the phases of a round, in order: local training, the post-aggregation query, evaluation.
+Phase = Literal["train", "query", "evaluate"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: a component's place in a recipe: the one server rule, local objectives, augmentations.
+Role = Literal["server", "objective", "augmentation"]
 
 
 @dataclass(frozen=True)
@@ -78,15 +89,15 @@ class ClientCtx:
         seed: the run's seed.
         data: the client's training split.
         lr: this round's learning rate.
-        training: ``True`` during local training, ``False`` during evaluation.
+        phase: the phase this context runs (:data:`PHASES`); :attr:`training` is ``phase == "train"``.
         task: the task's loss and metric (set by the engine).
         num_steps: the number of local optimiser steps of this round, known from
             ``round_start`` on (set by the engine; 0 during evaluation).
         component: the name of the component this view belongs to (set by the recipe).
         eval_inputs: during local training (set by the engine; ``None`` elsewhere), the input
             pipeline evaluation applies, up to this component: the ``transform_batch`` of every
-            component before it in the recipe, with ``training=False`` (e.g. FedRDN's normalisation
-            with the client's own statistics, Eq. 7). Valid from this component's ``round_start`` on.
+            component before it in the recipe, in the evaluate phase (e.g. FedRDN's normalisation
+            with the client's own statistics, Eq. 7). Valid from this component's ``receive`` on.
     """
 
     model: nn.Module
@@ -95,12 +106,17 @@ class ClientCtx:
     seed: int
     data: Split
     lr: float = 0.0
-    training: bool = True
+    phase: Phase = "train"
     task: Task | None = None
     num_steps: int = 0
     component: str = ""
     eval_inputs: Callable[[Batch], Batch] | None = None
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
+
+    @property
+    def training(self) -> bool:
+        """Whether this is local training (``phase == "train"``); ``False`` in the query and evaluation."""
+        return self.phase == "train"
 
     def rng(self, purpose: str) -> torch.Generator:
         """This component's random stream for ``purpose``, seeded from
@@ -116,7 +132,7 @@ class ClientCtx:
         """A view of this context for ``component``; views share their random streams' table."""
         return ClientCtx(
             self.model, self.client_id, self.round, self.seed, self.data,
-            self.lr, self.training, self.task, self.num_steps, component, self.eval_inputs, self._streams,
+            self.lr, self.phase, self.task, self.num_steps, component, self.eval_inputs, self._streams,
         )
 
 
@@ -131,22 +147,34 @@ def transform_inputs(components: Sequence["Component"], views: Mapping[str, Clie
 
 
 class Component:
-    """Base class of base algorithms and augmentations; every hook is a no-op by default.
+    """Base class of server rules, local objectives and augmentations; every hook is a no-op by default.
 
     Subclasses set :attr:`name` (the registry key, which namespaces state, message parts and
-    loss terms) and :attr:`role`. Constructor arguments are the component's options; they are
-    keyword-only and validated in ``__init__`` with :class:`~fedaug.core.errors.ConfigError`.
+    loss terms), :attr:`role` and, if they exchange anything outside training, :attr:`phases`.
+    Constructor arguments are the component's options; they are keyword-only and validated in
+    ``__init__`` with :class:`~fedaug.core.errors.ConfigError`.
     """
 
     name: ClassVar[str]
-    role: ClassVar[Literal["base", "augmentation"]] = "augmentation"
+    #: ``"server"``: the one server rule of a recipe (owns the model weights and their aggregation);
+    #: ``"objective"``: a local objective (loss terms, the task loss or the step), any number;
+    #: ``"augmentation"``: an input or feature augmentation, any number.
+    role: ClassVar[Role] = "augmentation"
+    #: the phases this component takes part in (receives, replies): ``"train"`` always.
+    phases: ClassVar[tuple[Phase, ...]] = ("train",)
+    #: whether the component needs a global model on the client (FedProx's anchor, MOON's global
+    #: representation, FLea's teacher); a server rule that keeps no global model refuses them.
+    needs_global_model: ClassVar[bool] = False
+    #: (server rules) whether clients train from a global model (``False``: FedProto's local models).
+    keeps_global_model: ClassVar[bool] = True
 
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
-        """Prepare a worker model once (e.g. attach layers). Called once per worker."""
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
+        """Prepare a worker model once (e.g. attach layers); ``input_shape`` is ``(C, *spatial)``
+        of one sample. Called once per worker, in recipe order (layers at one module chain in it)."""
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        """Receive this component's downlink ``part`` and restore its per-client ``state``."""
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        """Receive this component's part of phase ``ctx.phase`` and its per-client ``state``."""
 
     def transform_batch(self, ctx: ClientCtx, batch: Batch) -> Batch:
         """Transform an input batch (training and, with ``ctx.training`` False, evaluation)."""
@@ -184,53 +212,33 @@ class Component:
         optimizer.step()
         return loss
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        """Produce the uplink part and the new per-client state."""
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        """This component's uplink part of phase ``ctx.phase`` and its new per-client state.
+
+        Called after training (``"train"``) and in the query (``"query"``: ``ctx.model`` holds the
+        new global model as this client receives it, in eval mode, without gradients); the state
+        is kept after training only.
+        """
         return {}, {}
 
-    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
-        """Prepare ``ctx.model`` to evaluate the global model on client ``ctx.client_id``."""
-
-    def after_aggregate(self, ctx: ClientCtx, state: State) -> Part:
-        """Post-aggregation query (FLea, KDD 2024, Alg. 1 lines 14-17): an extra uplink part.
-
-        Runs on every client whose uplink was accepted this round, after aggregation, with
-        ``ctx.model`` holding the NEW global model as that client receives it (the base's downlink,
-        loaded by the base's ``round_start``), in eval mode, without gradients; ``ctx.training``
-        is False. The engine runs this phase only if a component overrides this hook, validates
-        the part against :meth:`after_aggregate_spec` and counts its bytes as uplink (and the
-        re-sent model as downlink).
-        """
-        return {}
-
     # --- server side -----------------------------------------------------------------------
-    def setup_server(self, num_clients: int) -> None:
-        """Learn the number of clients in the federation (once, before :meth:`init_server`)."""
-
-    def init_server(self, model: nn.Module) -> State:
-        """The initial server state, from a freshly initialised model."""
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
+        """The initial server state, from a freshly set-up model and the federation's size."""
         return {}
 
-    def downlink(self, server: State, client_id: int) -> Part:
-        """The part sent to ``client_id`` this round (a fresh dict per client)."""
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
+        """The part sent to ``client_id`` in ``phase`` (a fresh dict per client)."""
         return {}
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
-        """What the client accepts as this component's downlink part."""
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
+        """What the client accepts as this component's part of ``phase``."""
         return {}
 
-    def uplink_spec(self, server: State) -> Spec:
-        """What the server accepts as this component's uplink part."""
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        """What the server accepts as this component's reply in ``phase``; a non-empty spec in
+        ``"query"`` makes the engine run the query phase."""
         return {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
-        """The new server state from the accepted uplinks (sorted by client id)."""
-        return server
-
-    def after_aggregate_spec(self, server: State) -> Spec:
-        """What the server accepts as this component's :meth:`after_aggregate` part."""
-        return {}
-
-    def after_aggregate_update(self, server: State, uplinks: Sequence[Uplink]) -> State:
-        """The server state from the accepted :meth:`after_aggregate` parts (sorted by client id)."""
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
+        """The new server state from the accepted replies of ``phase`` (sorted by client id)."""
         return server

@@ -1,14 +1,16 @@
-"""A recipe: one base algorithm plus augmentations in a declared order (MONAI ``Compose`` style)."""
+"""A recipe: one server rule, any local objectives and any augmentations, in a declared order
+(MONAI ``Compose`` style)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.registry import Registry
 from fedaug.data.registry import check_options
-from fedaug.methods.component import Component
+from fedaug.methods.component import Component, Phase
 
 METHODS: Registry[type[Component]] = Registry("method")
 
@@ -16,6 +18,8 @@ METHODS: Registry[type[Component]] = Registry("method")
 REPLACEABLE = ("forward", "task_loss", "step")
 #: hooks the engine calls per batch, only for the components that override them.
 PER_BATCH = ("transform_batch", "loss_terms", "before_step")
+#: the server rule a legacy ``base = "<objective>"`` stands for (``base = "fedprox"`` is FedAvg + FedProx).
+LEGACY_SERVER = "fedavg"
 
 
 def overrides(component: Component, hook: str) -> bool:
@@ -24,28 +28,32 @@ def overrides(component: Component, hook: str) -> bool:
 
 
 class Recipe:
-    """A base algorithm and zero or more augmentations.
+    """One server rule, then local objectives and augmentations in order.
 
     Args:
-        base: the base algorithm (``role == "base"``); it owns the model weights.
-        augs: augmentations, applied in this order (``transform_batch`` of the first runs first).
+        base: the server rule (``role == "server"``); it owns the model weights.
+        augs: local objectives and augmentations, in order (``transform_batch`` of the first runs
+            first, and feature layers attached at one module chain in this order).
 
     Raises:
-        ConfigError: the base is an augmentation or vice versa, a name repeats, or two
-            components replace the same hook (the message names both).
+        ConfigError: the base is not a server rule or an entry of ``augs`` is one, a name repeats,
+            two components replace the same hook, or a component needs a global model that the
+            server rule does not keep (each message names the components and the reason).
 
-    >>> from fedaug.methods.fedavg import FedAvg
+    >>> from fedaug.methods.base.fedavg import FedAvg
     >>> Recipe(FedAvg()).names
     ('fedavg',)
     """
 
     def __init__(self, base: Component, augs: Sequence[Component] = ()) -> None:
         problems = []
-        if base.role != "base":
-            problems.append(f"'{base.name}' is an augmentation, not a base algorithm")
+        if base.role != "server":
+            problems.append(f"'{base.name}' is a {base.role.replace('objective', 'local objective')}, not a server "
+                            f"rule; use a server rule as the base (e.g. fedavg) and list '{base.name}' in augs")
         for aug in augs:
-            if aug.role != "augmentation":
-                problems.append(f"'{aug.name}' is a base algorithm; a recipe has exactly one")
+            if aug.role == "server":
+                problems.append(f"'{aug.name}' is a server rule; a recipe has exactly one (the base, here "
+                                f"'{base.name}')")
         components = (base, *augs)
         names = [c.name for c in components]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -60,6 +68,11 @@ class Recipe:
                     "at most one component per recipe may"
                 )
             self.replacer[hook] = owners[0] if owners else base
+        if base.role == "server" and not base.keeps_global_model:
+            for c in augs:
+                if c.needs_global_model:
+                    problems.append(f"'{c.name}' needs a global model, but the server rule '{base.name}' keeps none "
+                                    "(each client trains its own model); drop one of them")
         if problems:
             raise ConfigError("invalid method: " + "; ".join(problems))
         self.base = base
@@ -69,6 +82,10 @@ class Recipe:
             hook: tuple(c for c in components if overrides(c, hook)) for hook in PER_BATCH
         }
 
+    def participants(self, phase: Phase) -> tuple[Component, ...]:
+        """The components that take part in ``phase``, in recipe order."""
+        return tuple(c for c in self.components if phase in c.phases)
+
 
 def build_component(name: str, options: Mapping[str, Any]) -> Component:
     """Instantiate the registered component ``name`` with its (validated) keyword options."""
@@ -77,14 +94,40 @@ def build_component(name: str, options: Mapping[str, Any]) -> Component:
     return cls(**options)
 
 
+def expand_legacy_base(base: str, augs: Sequence[str], options: Mapping[str, Mapping[str, Any]]
+                       ) -> tuple[str, list[str], dict[str, dict[str, Any]]]:
+    """``base = "<local objective>"`` (how configs named FedProx, MOON, ... before server rules and
+    objectives were two axes) as ``base = "fedavg"`` with the objective first in ``augs``; the
+    objective's table keeps its own options and hands FedAvg's (``weighting``, ``bn``) to ``fedavg``.
+
+    >>> expand_legacy_base("fedprox", ["fedfa"], {"fedprox": {"mu": 0.1, "bn": "local"}})
+    ('fedavg', ['fedprox', 'fedfa'], {'fedprox': {'mu': 0.1}, 'fedavg': {'bn': 'local'}})
+    """
+    table = {k: dict(v) for k, v in options.items()}
+    if METHODS.get(base).role != "objective":
+        return base, list(augs), table
+    if LEGACY_SERVER in table or LEGACY_SERVER in augs:
+        raise ConfigError(f"method.base='{base}' is a local objective, which stands for base='{LEGACY_SERVER}' + "
+                          f"augs=['{base}', ...]; with a '{LEGACY_SERVER}' table or entry as well, write that form: "
+                          f"method.base='{LEGACY_SERVER}', method.augs=['{base}', ...]")
+    server_keys = set(inspect.signature(METHODS.get(LEGACY_SERVER).__init__).parameters) - {"self"}
+    own = table.pop(base, {})
+    handed = {k: v for k, v in own.items() if k in server_keys}
+    table[base] = {k: v for k, v in own.items() if k not in server_keys}
+    if handed:
+        table[LEGACY_SERVER] = handed
+    return LEGACY_SERVER, [base, *augs], table
+
+
 def build_recipe(
     base: str, augs: Sequence[str] = (), options: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Recipe:
     """Build a :class:`Recipe` from registry names and per-component option tables.
 
     Args:
-        base: registry name of the base algorithm (``"fedavg"``).
-        augs: registry names of the augmentations, in order.
+        base: registry name of the server rule (``"fedadam"``); a local objective's name
+            (``"fedprox"``) means FedAvg plus that objective (:func:`expand_legacy_base`).
+        augs: registry names of the local objectives and augmentations, in order.
         options: ``{component name: {option: value}}``; a table for a component that is not in
             the recipe is an error (it would silently do nothing).
     """
@@ -96,6 +139,7 @@ def build_recipe(
             f"the recipe is base='{base}', augs={list(augs)}: add them to method.augs or remove "
             "their tables"
         )
+    base, augs, options = expand_legacy_base(base, augs, options)
     return Recipe(
         build_component(base, options.get(base, {})),
         [build_component(a, options.get(a, {})) for a in augs],

@@ -13,20 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError
 
 SCALES = ("absolute", "relative")
-
-
-def check_noise(owner: str, std: float, scale: str) -> None:
-    """Raise :class:`ConfigError` naming ``owner`` unless ``std >= 0`` and ``scale`` is known."""
-    problems = []
-    if not isinstance(std, (int, float)) or std < 0:
-        problems.append(f"{owner}.share_noise must be a number >= 0 (0 = no noise), got {std!r}")
-    if scale not in SCALES:
-        problems.append(f"{owner}.share_noise_scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    if problems:
-        raise ConfigError("; ".join(problems))
 
 
 def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, scale: str = "absolute") -> Tensor:
@@ -50,7 +38,8 @@ def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, sca
     >>> add_gaussian_noise(t, 0.0, g) is t
     True
     """
-    check_noise("add_gaussian_noise", std, scale)
+    if not std >= 0 or scale not in SCALES:
+        raise ValueError(f"add_gaussian_noise needs std >= 0 and scale in {SCALES}, got {std!r}, {scale!r}")
     if std == 0:
         return t
     sigma = std * (float(t.detach().float().std()) if scale == "relative" and t.numel() > 1 else 1.0)

@@ -10,9 +10,9 @@ import torch
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
 from fedaug.methods.aug.norm import Normalize
-from fedaug.methods.base.ccvr import CCVR, class_statistics, merge_statistics, sample_gaussian
+from fedaug.methods.addon.ccvr import CCVR, class_statistics, merge_statistics, sample_gaussian
 from fedaug.methods.component import ClientCtx, Uplink
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import X, Deep2, Linear2, run_client, split
 

@@ -15,7 +15,7 @@ from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
 from fedaug.engine.simulate import Simulation
 from fedaug.methods import METHODS
-from fedaug.methods.base._common import trainable
+from fedaug.methods._common import trainable
 from fedaug.methods.component import Batch, Component
 from fedaug.methods.recipe import Recipe, build_component
 

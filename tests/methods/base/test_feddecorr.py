@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.methods.base.feddecorr import FedDecorr, decorrelation_loss
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.objective.feddecorr import FedDecorr, decorrelation_loss
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import C0, V0, X, Deep2, run_client
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
-from fedaug.methods.base._common import normalizing_norm
+from fedaug.methods._common import normalizing_norm
 from fedaug.methods.base.fednova import FedNova
 from fedaug.methods.component import Uplink
 from fedaug.methods.recipe import Recipe

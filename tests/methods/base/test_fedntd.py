@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.methods.base.fedntd import FedNTD, not_true_distillation
+from fedaug.methods.objective.fedntd import FedNTD, not_true_distillation
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import LR, X, ce_grads, run_client, softmax, split
 

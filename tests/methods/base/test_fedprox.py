@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedaug.core.errors import ConfigError
-from fedaug.methods.base.fedprox import FedProx
+from fedaug.methods.objective.fedprox import FedProx
 from tests.methods.base.tiny import B0, LR, W0, Linear2, ce_grads, server_round
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedaug.methods.base.fedsam import FedSAM
+from fedaug.methods.objective.fedsam import FedSAM
 from tests.methods.base.tiny import B0, LR, W0, Linear2, ce_grads, server_round
 
 

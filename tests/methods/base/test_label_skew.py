@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.methods.base.label_skew import FedLC, FedRS, calibrated_logits, restricted_logits
+from fedaug.methods.objective.label_skew import FedLC, FedRS, calibrated_logits, restricted_logits
 from tests.methods.base.tiny import B0, LR, W0, X, Linear2, ce_grads, server_round, split
 
 

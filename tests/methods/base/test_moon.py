@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.methods.base.moon import MOON, model_contrastive_loss
+from fedaug.methods.objective.moon import MOON, model_contrastive_loss
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import C0, V0, X, Deep2, run_client
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 
 POOL = ("x", "y", "owner")
 
@@ -86,7 +86,7 @@ def aggregate_pool(server: State, uplinks: Sequence[Uplink]) -> State:
 class PoolAug(Component, abc.ABC):
     """A component whose clients contribute rows to a shared pool once and train with the others' rows.
 
-    Subclasses set :attr:`y_dtype` and implement :meth:`contribution`; after :meth:`round_start`,
+    Subclasses set :attr:`y_dtype` and implement :meth:`contribution`; after :meth:`receive`,
     :attr:`shared_x` ``(M, *sample)`` and :attr:`shared_y` ``(M, ...)`` hold the other clients' rows
     (``M = 0`` until the server has any: in round 1 nobody has shared yet).
     """
@@ -97,7 +97,7 @@ class PoolAug(Component, abc.ABC):
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         """This client's rows: ``x (n, *sample)`` float32 and ``y (n, ...)``."""
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._pool = merge_pool(state, part, self.name)
         others = self._pool["owner"] != ctx.client_id
         sample, target = ctx.data.x.shape[1:], ctx.data.y.shape[1:]
@@ -115,7 +115,7 @@ class PoolAug(Component, abc.ABC):
         """Shape of one shared label (default: the client's label shape)."""
         return tuple(target)
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         have = torch.tensor(int(self._pool["owner"].shape[0]))
         if self._share is None:
             x, y = torch.zeros(0, ctx.data.x[0].numel()), torch.zeros(0, self._pool["y"].shape[1], dtype=self.y_dtype)
@@ -124,17 +124,17 @@ class PoolAug(Component, abc.ABC):
             y = y.reshape(y.shape[0], -1).to(self.y_dtype)
         return {"x": x.float(), "y": y, "have": have}, dict(self._pool)
 
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         return empty_server(self.y_dtype)
 
-    def downlink(self, server: State, client_id: int) -> Part:
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return pool_downlink(server, client_id)
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         return pool_downlink_spec(self.y_dtype)
 
-    def uplink_spec(self, server: State) -> Spec:
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         return pool_uplink_spec(server, self.y_dtype)
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         return aggregate_pool(server, uplinks)

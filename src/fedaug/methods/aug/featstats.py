@@ -1,10 +1,11 @@
 """What FedFA and VFDA share: FFA layers after named modules, running statistics up, per-channel
 quantities down (FedFA, ICLR 2023, Alg. 1; VFDA Sec. 2.3).
 
-Every message key is ``"<module name>.<quantity>"``, one ``(C,)`` float32 tensor each. Channel counts
-are read once per worker from the first client's data (the server never needs data): until the
-server has received statistics, it sends zero-length tensors, which the layers read as "no
-federation information yet" (their neutral values, see :class:`~fedaug.layers.ffa.FFALayer`).
+Every message key is ``"<module name>.<quantity>"``, one ``(C,)`` float32 tensor each. The layers are
+attached when a worker model is set up, sized by a dry forward pass of a zero input of the
+federation's input shape; until the server has received statistics, it sends zero-length tensors,
+which the layers read as "no federation information yet" (their neutral values, see
+:class:`~fedaug.layers.ffa.FFALayer`).
 """
 
 from __future__ import annotations
@@ -20,25 +21,12 @@ from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
-from fedaug.methods.component import ClientCtx, Component, State, Uplink
-from fedaug.privacy.noise import add_gaussian_noise, check_noise
+from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
+from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.methods.options import check_noise, check_probability
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
-
-
-def check_probability(owner: str, key: str, value: float) -> float:
-    """``value`` if in [0, 1], else a :class:`ConfigError` naming ``owner.key``."""
-    if not 0.0 <= float(value) <= 1.0:
-        raise ConfigError(f"{owner}.{key} must be in [0, 1], got {value}")
-    return float(value)
-
-
-def check_choice(owner: str, key: str, value: str, allowed: Sequence[str]) -> str:
-    """``value`` if in ``allowed``, else a :class:`ConfigError` listing the choices."""
-    if value not in allowed:
-        raise ConfigError(f"{owner}.{key} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
 
 
 class FeatureStatsAug(Component, abc.ABC):
@@ -78,8 +66,8 @@ class FeatureStatsAug(Component, abc.ABC):
         """The layer for one attach point with ``channels`` channels."""
 
     @abc.abstractmethod
-    def receive(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
-                state: State) -> None:
+    def configure_layer(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
+                        state: State) -> None:
         """Configure the ``layer`` after module ``name`` for this round from its downlink quantities
         (an empty dict before the first aggregation) and the per-client ``state``."""
 
@@ -104,24 +92,18 @@ class FeatureStatsAug(Component, abc.ABC):
 
     @property
     def layers(self) -> dict[str, FFALayer]:
-        """Attached layers by module name (empty before the first round on this worker)."""
+        """Attached layers by module name (empty before :meth:`setup`)."""
         return dict(self.handle.layers) if self.handle is not None else {}  # type: ignore[arg-type]
 
-    def attach_to(self, model: nn.Module, example_input: Tensor) -> dict[str, FFALayer]:
-        """Attach one layer per attach point, sized by a dry forward pass on ``example_input``."""
-        if self.handle is None:
-            channels = stage_channels(model, example_input, self.names(model))
-            self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()})
-        return self.layers
-
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
-        self.names(model)  # fail before training if there is nowhere to attach
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
+        """Attach one layer per attach point, sized by a dry forward pass of a zero ``(2, *input_shape)`` input."""
+        channels = stage_channels(model, torch.zeros(2, *input_shape), self.names(model))
+        self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()}, owner=self.name)
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        layers = self.attach_to(ctx.model, ctx.data.x[:2])
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         g = ctx.rng(self.purpose)
-        for name, layer in layers.items():
+        for name, layer in self.layers.items():
             down = {k: part[f"{name}.{k}"] for k in self.down_keys}
             sizes = {t.numel() for t in down.values()}
             if sizes - {0, layer.num_channels} or len(sizes) > 1:
@@ -130,9 +112,9 @@ class FeatureStatsAug(Component, abc.ABC):
                     f"quantity (or 0 before the first aggregation), got {sorted(t.numel() for t in down.values())}"
                 )
             layer.generator = g
-            self.receive(ctx, name, layer, down if sizes == {layer.num_channels} else {}, state)
+            self.configure_layer(ctx, name, layer, down if sizes == {layer.num_channels} else {}, state)
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         g = ctx.rng("noise")
         up = {f"{n}.{k}": add_gaussian_noise(getattr(layer, k).detach().clone().float(), self.share_noise, g,
                                              scale=self.share_noise_scale)
@@ -140,24 +122,24 @@ class FeatureStatsAug(Component, abc.ABC):
         return up, self.client_state(self.layers)
 
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         names = self.names(model)
         empty = torch.zeros(0)
         return {"layers": names, "part": {f"{n}.{k}": empty for n in names for k in self.down_keys},
                 "channels": {}}
 
-    def downlink(self, server: State, client_id: int) -> Part:
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return dict(server["part"])
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         return {f"{n}.{k}": TensorSpec((None,), torch.float32) for n in self.names(model) for k in self.down_keys}
 
-    def uplink_spec(self, server: State) -> Spec:
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         channels: dict[str, Any] = server["channels"]
         return {f"{n}.{k}": TensorSpec((channels.get(n),), torch.float32)
                 for n in server["layers"] for k in self.up_keys}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         if not self.up_keys:
             return server
         part, channels = {}, {}

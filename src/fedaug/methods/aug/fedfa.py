@@ -12,7 +12,8 @@ from torch import Tensor
 from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance, t_modulation
-from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug, check_choice, check_probability
+from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
+from fedaug.methods.options import check_choice, check_probability
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -88,8 +89,8 @@ class FedFA(FeatureStatsAug):
         return FFALayer(channels, p=self.p, momentum=self.momentum, variance=self.variance, lam=self.lam,
                         estimator="official" if self.official_compat else "paper", eps=self.eps)
 
-    def receive(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
-                state: State) -> None:
+    def configure_layer(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
+                        state: State) -> None:
         if self.official_compat:  # carried over: the federation's average (0/1 before any)
             layer.reset_running_stats(down.get("running_mean"), down.get("running_std"))
             if down:

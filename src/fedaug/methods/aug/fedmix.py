@@ -27,19 +27,12 @@ from torch import Tensor
 from fedaug.core.errors import ConfigError
 from fedaug.layers.mixing import mix, soft_labels
 from fedaug.methods.aug._sharing import PoolAug
-from fedaug.methods.aug.featstats import check_choice
+from fedaug.methods.options import check_choice, check_noise, require_classification
 from fedaug.methods.component import Batch, ClientCtx
 from fedaug.methods.recipe import METHODS
-from fedaug.privacy.noise import add_gaussian_noise, check_noise
+from fedaug.privacy.noise import add_gaussian_noise
 
 MODES = ("fedmix", "naive")
-
-
-def require_classification(ctx: ClientCtx, name: str) -> None:
-    """Raise :class:`ConfigError` unless the task is classification (label mixing needs classes)."""
-    if ctx.task is None or ctx.task.name != "classification":
-        raise ConfigError(f"{name} mixes class labels and needs a classification task, got "
-                          f"'{getattr(ctx.task, 'name', None)}'; remove it from method.augs")
 
 
 def batch_means(x: Tensor, y: Tensor, size: int, perm: Tensor) -> tuple[Tensor, Tensor]:

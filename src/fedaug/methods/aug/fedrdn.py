@@ -28,9 +28,9 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
-from fedaug.privacy.noise import add_gaussian_noise, check_noise
-from fedaug.methods.aug.featstats import check_choice
-from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
+from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.methods.options import check_choice, check_noise
+from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
 VARIANTS = ("random", "average")
@@ -87,6 +87,7 @@ class FedRDN(Component):
     """
 
     name = "fedrdn"
+    phases = ("train", "evaluate")
 
     def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
                  share_noise_scale: str = "absolute") -> None:
@@ -128,8 +129,11 @@ class FedRDN(Component):
             return mean, std
         return mean[own], std[own]  # Eq. 7: the client's own pair
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         mean, std, own, fresh = self._federation(ctx, part, state)
+        if not ctx.training:  # evaluation: the client's own pair (Eq. 7), or FedRDN-V's average (Eq. 8)
+            self._eval = self._pairs(mean, std, own, training=False)
+            return
         self._upload = (mean[own : own + 1], std[own : own + 1]) if fresh else None
         self._channels = mean.shape[1]
         self._train = self._pairs(mean, std, own, training=True)
@@ -142,7 +146,7 @@ class FedRDN(Component):
         i, j = draw_pairs(mean.shape[0], batch.x.shape[0], self.draw, ctx.rng("pick"))
         return Batch(normalize_channels(batch.x, mean[i], std[j]), batch.y)
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         empty = torch.zeros(0, self._channels)
         mean, std = self._upload or (empty, empty)
         g = ctx.rng("noise")
@@ -150,26 +154,22 @@ class FedRDN(Component):
         std = add_gaussian_noise(std.clone(), self.share_noise, g, scale=self.share_noise_scale)
         return {"mean": mean, "std": std.clamp_min(1e-6) if self.share_noise else std}, {"n": len(ctx.data)}
 
-    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
-        mean, std, own, _ = self._federation(ctx, server, state)
-        self._eval = self._pairs(mean, std, own, training=False)
-
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         return {"ids": torch.zeros(0, dtype=torch.int64), "mean": torch.zeros(0, 0), "std": torch.zeros(0, 0)}
 
-    def downlink(self, server: State, client_id: int) -> Part:
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return {k: server[k].clone() for k in ("ids", "mean", "std")}
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         return {"ids": TensorSpec((None,), torch.int64), "mean": TensorSpec((None, None), torch.float32),
                 "std": TensorSpec((None, None), torch.float32)}
 
-    def uplink_spec(self, server: State) -> Spec:
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         channels = server["mean"].shape[1] if server["mean"].shape[0] else None
         return {k: TensorSpec((None, channels), torch.float32) for k in ("mean", "std")}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         rows = {int(i): (m, s) for i, m, s in zip(server["ids"], server["mean"], server["std"])}
         for u in uplinks:
             if u.part["mean"].shape[0] == 1 and bool((u.part["std"] > 0).all()):

@@ -30,15 +30,14 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import soft_labels
-from fedaug.methods.aug.featstats import check_choice
-from fedaug.methods.aug.fedmix import require_classification
+from fedaug.methods.options import check_choice, check_noise, require_classification
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, extract_features,
                                             merge_buffer, mix_features, share_indices)
-from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
+from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 from fedaug.models.split import forward_back, forward_front, split_stages
 from fedaug.privacy.dcor import distance_correlation
-from fedaug.privacy.noise import add_gaussian_noise, check_noise
+from fedaug.privacy.noise import add_gaussian_noise
 
 DISTILL_ON = ("mixed", "buffer")
 
@@ -70,6 +69,8 @@ class FLea(Component):
     """
 
     name = "flea"
+    phases = ("train", "query")
+    needs_global_model = True
 
     def __init__(self, *, stage: str | None = None, share_fraction: float = 0.1, beta: float = 2.0,
                  distill_weight: float = 1.0, dcor_weight: float = 3.0, dcor_final_weight: float | None = None,
@@ -108,7 +109,7 @@ class FLea(Component):
         return self.dcor_weight + t * (self.dcor_final_weight - self.dcor_weight)
 
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         stages = split_stages(model)
         if self.stage is None:
             self.stage = (getattr(model, "feature_stages", ()) or stages)[0]
@@ -116,8 +117,10 @@ class FLea(Component):
             raise ConfigError(f"flea.stage '{self.stage}' is not a stage of {type(model).__name__}; "
                               f"choose from {', '.join(stages)}")
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         require_classification(ctx, self.name)
+        if not ctx.training:  # the query: the new global model is all it needs
+            return
         if self._teacher is None:  # theta(t) for Eq. 4; attached layers' hooks are not copied
             self._teacher = copy.deepcopy(ctx.model).requires_grad_(False)
             for m in self._teacher.modules():
@@ -172,30 +175,34 @@ class FLea(Component):
             terms["ce_unmixed"] = ctx.task.loss(forward_back(ctx.model, f, self.stage), y)
         return terms
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        self._batch = self._buf_x = self._buf_y = None  # the buffer is never kept between rounds
-        return {}, {}
-
-    def after_aggregate(self, ctx: ClientCtx, state: State) -> Part:
-        require_classification(ctx, self.name)
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        if ctx.training:
+            self._batch = self._buf_x = self._buf_y = None  # the buffer is never kept between rounds
+            return {}, {}
         idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id)
         f = extract_features(ctx.model, ctx.data.x[idx], self.stage)
         f = add_gaussian_noise(f, self.share_noise, ctx.rng("noise"), scale=self.share_noise_scale)
-        return {"features": f.flatten(1).float(), "labels": ctx.data.y[idx].to(torch.int64)}
+        return {"features": f.flatten(1).float(), "labels": ctx.data.y[idx].to(torch.int64)}, {}
 
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         return empty_buffer()
 
-    def downlink(self, server: State, client_id: int) -> Part:
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
+        if phase != "train":
+            return {}
         return {"features": server["features"].clone(), "labels": server["labels"].clone()}
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
+        if phase != "train":
+            return {}
         return {"features": TensorSpec((None, None), torch.float32), "labels": TensorSpec((None,), torch.int64)}
 
-    def after_aggregate_spec(self, server: State) -> Spec:
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        if phase != "query":
+            return {}
         d = server["features"].shape[1] if server["features"].shape[0] else None
         return {"features": TensorSpec((None, d), torch.float32), "labels": TensorSpec((None,), torch.int64)}
 
-    def after_aggregate_update(self, server: State, uplinks: Sequence[Uplink]) -> State:
-        return merge_buffer(uplinks, self.max_buffer)
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
+        return merge_buffer(uplinks, self.max_buffer) if phase == "query" else server

@@ -12,25 +12,9 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part
 from fedaug.layers.attach import AttachHandle, attach
 from fedaug.layers.mixing import MixStyleLayer
-from fedaug.methods.aug.featstats import check_probability
+from fedaug.methods.options import attach_points, check_at, check_probability
 from fedaug.methods.component import ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
-
-
-def attach_points(name: str, at: Sequence[str] | None, model: nn.Module, default: int) -> list[str]:
-    """``at``, or the first ``default`` of ``model.feature_stages``; a :class:`ConfigError` if none."""
-    names = list(at) if at is not None else list(getattr(model, "feature_stages", ()))[:default]
-    if not names:
-        raise ConfigError(f"{name}: {type(model).__name__} declares no feature_stages; set "
-                          f"method.options.{name}.at to module names")
-    return names
-
-
-def check_at(name: str, at: Sequence[str] | None) -> list[str] | None:
-    """``at`` as a list, or a :class:`ConfigError` if it is not a non-empty list of strings."""
-    if at is not None and (isinstance(at, str) or not at or not all(isinstance(n, str) for n in at)):
-        raise ConfigError(f"{name}.at must be a non-empty list of module names, got {at!r}")
-    return None if at is None else list(at)
 
 
 @METHODS.register("mixstyle", "MixStyle (Zhou et al. 2021): mix per-sample feature statistics within a batch")
@@ -56,12 +40,12 @@ class MixStyle(Component):
         self.alpha, self.eps, self.at = float(alpha), float(eps), check_at(self.name, at)
         self.handle: AttachHandle | None = None
 
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         names = attach_points(self.name, self.at, model, default=2)
         layers = {n: MixStyleLayer(p=self.p, alpha=self.alpha, eps=self.eps) for n in names}
-        self.handle = attach(model, layers)
+        self.handle = attach(model, layers, owner=self.name)
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         g = ctx.rng("mix")
         for layer in self.handle.layers.values():
             layer.generator = g

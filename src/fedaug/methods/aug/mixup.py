@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 from fedaug.layers.mixing import mix, sample_beta, soft_labels
-from fedaug.methods.aug.fedmix import require_classification
+from fedaug.methods.options import require_classification
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 from fedaug.models.split import forward_back, forward_front, split_stages
@@ -98,7 +98,7 @@ class ManifoldMixup(Component):
                               f"choose from {INPUT}, {', '.join(allowed)}")
         return names
 
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         self.candidates(model)
 
     def forward(self, ctx: ClientCtx, batch: Batch) -> tuple[Tensor, Batch]:

@@ -9,9 +9,7 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError
 from fedaug.layers.attach import AttachHandle, attach
 from fedaug.layers.mixing import MOMENTS, MoExLayer, mix, soft_labels
-from fedaug.methods.aug.featstats import check_choice, check_probability
-from fedaug.methods.aug.fedmix import require_classification
-from fedaug.methods.aug.mixstyle import attach_points
+from fedaug.methods.options import attach_points, check_choice, check_probability, require_classification
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 
@@ -48,10 +46,10 @@ class MoEx(Component):
         self.eps = float(eps)
         self.handle: AttachHandle | None = None
 
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         name = attach_points(self.name, None if self.at is None else [self.at], model, default=1)[0]
         self.layer = MoExLayer(moments=self.moments, eps=self.eps)
-        self.handle = attach(model, {name: self.layer})
+        self.handle = attach(model, {name: self.layer}, owner=self.name)
 
     def forward(self, ctx: ClientCtx, batch: Batch) -> tuple[Tensor, Batch]:
         require_classification(ctx, self.name)

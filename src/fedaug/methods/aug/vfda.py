@@ -11,7 +11,8 @@ from torch import Tensor
 from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import NOISE_SCALES, FFALayer
 from fedaug.layers.functional import client_sharing_variance
-from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug, check_choice, check_probability
+from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
+from fedaug.methods.options import check_choice, check_probability
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -78,8 +79,8 @@ class VFDA(FeatureStatsAug):
         return FFALayer(channels, p=self.p, variance="product" if self.global_variance else "client",
                         noise_scale=self.noise_scale, eps=self.eps)
 
-    def receive(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
-                state: State) -> None:
+    def configure_layer(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
+                        state: State) -> None:
         layer.momentum = emd_momentum(self.eta0, ctx.round) if self.emd else self.momentum
         if f"{name}.running_mean" in state:
             layer.reset_running_stats(state[f"{name}.running_mean"], state[f"{name}.running_std"])

@@ -6,9 +6,9 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.payload import Part
-from fedaug.methods.base._common import detached
+from fedaug.methods._common import detached
 from fedaug.methods.component import State
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 
@@ -34,7 +34,7 @@ class FedBN(FedAvg):
     ``client_state``.
 
     Args:
-        weighting: as :class:`~fedaug.methods.fedavg.FedAvg`.
+        weighting: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     >>> fedbn = FedBN()
     """
@@ -44,7 +44,7 @@ class FedBN(FedAvg):
     def __init__(self, *, weighting: str = "samples") -> None:
         super().__init__(weighting=weighting, bn="local")
 
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         keys = set(norm_layer_keys(model))
         self._initial = detached({k: v for k, v in model.state_dict().items() if k in keys})
 

@@ -9,9 +9,10 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import FedaugError
 from fedaug.core.payload import Part
-from fedaug.methods.base._common import check_range, detached, squared_distance, trainable
-from fedaug.methods.component import Batch, ClientCtx, State, Uplink
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import detached, squared_distance, trainable
+from fedaug.methods.options import check_range
+from fedaug.methods.component import Batch, ClientCtx, Phase, State, Uplink
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 
@@ -29,7 +30,7 @@ class FedDyn(FedAvg):
 
     Args:
         alpha: regularisation strength (> 0, default 0.01).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (the paper's average is uniform).
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (the paper's average is uniform).
 
     >>> feddyn = FedDyn(alpha=0.01)
     """
@@ -40,11 +41,12 @@ class FedDyn(FedAvg):
         super().__init__(weighting=weighting, bn=bn)
         check_range("feddyn.alpha", alpha, lo=0.0, lo_open=True)
         self.alpha = alpha
-        self.num_clients = 0
 
     # --- client side -----------------------------------------------------------------------
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().receive(ctx, part, state)
+        if not ctx.training:
+            return
         self._anchor = detached(trainable(ctx.model))
         self._grad = state.get("grad") or {k: torch.zeros_like(v) for k, v in self._anchor.items()}
 
@@ -53,27 +55,27 @@ class FedDyn(FedAvg):
         linear = sum((self._grad[k] * params[k]).sum() for k in self._anchor)
         return {"dyn": self.alpha / 2 * squared_distance(params, self._anchor) - linear}
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        part, state = super().round_end(ctx)
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        part, state = super().reply(ctx)
+        if not ctx.training:
+            return part, state
         params = trainable(ctx.model)
         grad = {k: self._grad[k] - self.alpha * (params[k].detach() - self._anchor[k]) for k in self._anchor}
         return part, {**state, "grad": grad}
 
     # --- server side -----------------------------------------------------------------------
-    def setup_server(self, num_clients: int) -> None:
-        self.num_clients = num_clients
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
+        if num_clients < 1:
+            raise FedaugError(f"feddyn needs the number of clients (>= 1), got {num_clients}")
+        server = super().init_server(model, num_clients)
+        return {**server, "num_clients": num_clients,
+                "h": {k: torch.zeros_like(p.detach()) for k, p in trainable(model).items()}}
 
-    def init_server(self, model: nn.Module) -> State:
-        server = super().init_server(model)
-        return {**server, "h": {k: torch.zeros_like(p.detach()) for k, p in trainable(model).items()}}
-
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
-        if self.num_clients < 1:
-            raise FedaugError("feddyn needs the number of clients: call setup_server(num_clients) first")
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = dict(super().aggregate(server, uplinks)["weights"])
         h = {}
         for k, hk in server["h"].items():
             x = server["weights"][k]
-            h[k] = hk - self.alpha / self.num_clients * sum(u.part[k] - x for u in uplinks)
+            h[k] = hk - self.alpha / server["num_clients"] * sum(u.part[k] - x for u in uplinks)
             weights[k] = weights[k] - h[k] / self.alpha
         return {**server, "weights": weights, "h": h}

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import client_weights, normalizing_norm, sgd_momentum, trainable
-from fedaug.methods.component import ClientCtx, State, Uplink
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import client_weights, normalizing_norm, sgd_momentum, trainable
+from fedaug.methods.component import ClientCtx, Phase, State, Uplink
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 
@@ -25,7 +25,7 @@ class FedNova(FedAvg):
     ``train.local_steps``) this is FedAvg. Buffers take FedAvg's average.
 
     Args:
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i = n_i / n`` by default).
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (``p_i = n_i / n`` by default).
 
     Raises:
         ConfigError: (in training) the local optimiser is not SGD.
@@ -35,32 +35,34 @@ class FedNova(FedAvg):
 
     name = "fednova"
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().receive(ctx, part, state)
         self._momentum: float | None = None
 
     def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
         if self._momentum is None:
             self._momentum = sgd_momentum(optimizer, "fednova normalises SGD updates")
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        part, state = super().round_end(ctx)
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        part, state = super().reply(ctx)
+        if not ctx.training:
+            return part, state
         part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum or 0.0))
         return part, state
 
-    def init_server(self, model: nn.Module) -> State:
-        self._params = tuple(trainable(model))
-        return super().init_server(model)
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
+        return {**super().init_server(model, num_clients), "params": list(trainable(model))}
 
-    def uplink_spec(self, server: State) -> Spec:
-        return {**super().uplink_spec(server), "a_norm": TensorSpec((), torch.float32)}
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        spec = super().uplink_spec(server, phase)
+        return {**spec, "a_norm": TensorSpec((), torch.float32)} if phase == "train" else spec
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average
         p = client_weights(uplinks, self.weighting)
         a = [float(u.part["a_norm"]) for u in uplinks]
         tau_eff = sum(pi * ai for pi, ai in zip(p, a))
-        for k in self._params:
+        for k in server["params"]:
             x = server["weights"][k]
             weights[k] = x + tau_eff * sum(pi * (u.part[k] - x) / ai for pi, ai, u in zip(p, a, uplinks))
         return {**server, "weights": weights}

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import check_range, classifier_head, detached, feature_tap, hard_labels, label_counts
-from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
+from fedaug.methods._common import classifier_head, detached, feature_tap, hard_labels, label_counts
+from fedaug.methods.options import check_range
+from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
 
@@ -41,22 +42,26 @@ class FedProto(Component):
     """
 
     name = "fedproto"
-    role = "base"
+    role = "server"
+    phases = ("train", "query", "evaluate")
+    keeps_global_model = False
 
     def __init__(self, *, lam: float = 1.0) -> None:
         check_range("fedproto.lam", lam, lo=0.0)
         self.lam = lam
 
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         feature_tap(model)
         self._initial = detached(model.state_dict())
 
     def _load(self, model: nn.Module, state: State) -> None:
         model.load_state_dict(state.get("model", self._initial))
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._load(ctx.model, state)
+        if not ctx.training:  # the query and evaluation use the client's own model
+            return
         label_counts(ctx, self.name)  # classification only
         self._global, self._known = part["protos"], part["counts"] > 0
         self._sums = torch.zeros_like(self._global)
@@ -71,28 +76,27 @@ class FedProto(Component):
             return {}
         return {"proto": self.lam * F.mse_loss(z[known], self._global[y[known]])}
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        if not ctx.training:
+            return {}, {}
         protos = self._sums / self._counts.clamp_min(1)[:, None]
         return {"protos": protos, "counts": self._counts.clone()}, {"model": detached(ctx.model.state_dict())}
 
-    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
-        self._load(ctx.model, state)
-
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         spec = prototype_spec(model)
         return {k: torch.zeros(s.shape) for k, s in spec.items()}
 
-    def downlink(self, server: State, client_id: int) -> Part:
-        return dict(server)
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
+        return dict(server) if phase == "train" else {}
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
-        return prototype_spec(model)
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
+        return prototype_spec(model) if phase == "train" else {}
 
-    def uplink_spec(self, server: State) -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server.items()}
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        return {k: TensorSpec.like(v) for k, v in server.items()} if phase == "train" else {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         n = torch.stack([u.part["counts"] for u in uplinks])  # (S, K)
         sums = sum(u.part["counts"][:, None] * u.part["protos"] for u in uplinks)  # (K, D)
         total = n.sum(0)

@@ -9,9 +9,10 @@ from torch import nn
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.base._common import check_range, client_weights, detached, normalizing_norm, sgd_momentum, trainable
-from fedaug.methods.component import ClientCtx, State, Uplink
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import client_weights, detached, normalizing_norm, sgd_momentum, trainable
+from fedaug.methods.options import check_range
+from fedaug.methods.component import ClientCtx, Phase, State, Uplink
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 CONTROL = "c/"  #: downlink key prefix of the server control variate c
@@ -33,7 +34,7 @@ class SCAFFOLD(FedAvg):
     Option II reads ``(x - y) / (K eta_l)`` as the round's average gradient, which holds for plain
     SGD. With SGD momentum rho the K steps move the weights about ``a = sum_k (1 - rho^k) / (1 - rho)``
     learning-rate-sized steps (up to ``K / (1 - rho)``, 10 K at rho = 0.9), so fedaug divides by
-    ``a eta_l`` (:func:`~fedaug.methods.base._common.normalizing_norm`, FedNova's ``||a_i||_1``;
+    ``a eta_l`` (:func:`~fedaug.methods._common.normalizing_norm`, FedNova's ``||a_i||_1``;
     ``a = K`` without momentum, the paper's update). Dividing by ``K eta_l`` under momentum inflates
     every variate by up to ``1 / (1 - rho)`` and the corrected steps diverge (seen on Digits-4 at
     rho = 0.9: NaN BatchNorm statistics by round 14). ``momentum_aware=False`` divides by ``K eta_l``
@@ -42,7 +43,7 @@ class SCAFFOLD(FedAvg):
     Args:
         server_lr: global step size eta_g (> 0, default 1).
         momentum_aware: divide by ``a eta_l`` (default) or by ``K eta_l``.
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg` (``p_i``; the paper: uniform).
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (``p_i``; the paper: uniform).
 
     Raises:
         ConfigError: (in training) the local optimiser is not SGD (option II assumes SGD steps).
@@ -60,11 +61,12 @@ class SCAFFOLD(FedAvg):
         if not isinstance(momentum_aware, bool):
             raise ConfigError(f"scaffold.momentum_aware must be true or false, got {momentum_aware!r}")
         self.momentum_aware = momentum_aware
-        self.num_clients = 0
 
     # --- client side -----------------------------------------------------------------------
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().receive(ctx, part, state)
+        if not ctx.training:
+            return
         params = trainable(ctx.model)
         self._x = detached(params)
         self._c = {k: part[CONTROL + k] for k in params}
@@ -79,8 +81,10 @@ class SCAFFOLD(FedAvg):
             if p.grad is not None:
                 p.grad.add_(corr)
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        part, state = super().round_end(ctx)
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        part, state = super().reply(ctx)
+        if not ctx.training:
+            return part, state
         y = trainable(ctx.model)
         momentum = (self._momentum or 0.0) if self.momentum_aware else 0.0
         scale = 1.0 / (normalizing_norm(ctx.num_steps, momentum) * ctx.lr)
@@ -89,32 +93,31 @@ class SCAFFOLD(FedAvg):
         return part, {**state, "control": ci_new}
 
     # --- server side -----------------------------------------------------------------------
-    def setup_server(self, num_clients: int) -> None:
-        self.num_clients = num_clients
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
+        if num_clients < 1:
+            raise FedaugError(f"scaffold needs the number of clients (>= 1), got {num_clients}")
+        server = super().init_server(model, num_clients)
+        return {**server, "num_clients": num_clients,
+                "control": {k: torch.zeros_like(p.detach()) for k, p in trainable(model).items()}}
 
-    def init_server(self, model: nn.Module) -> State:
-        server = super().init_server(model)
-        return {**server, "control": {k: torch.zeros_like(p.detach()) for k, p in trainable(model).items()}}
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
+        part = super().downlink(server, client_id, phase)
+        return {**part, **{CONTROL + k: v for k, v in server["control"].items()}} if phase == "train" else part
 
-    def downlink(self, server: State, client_id: int) -> Part:
-        return {**super().downlink(server, client_id), **{CONTROL + k: v for k, v in server["control"].items()}}
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
+        spec = super().downlink_spec(model, phase)
+        return {**spec, **{CONTROL + k: TensorSpec.like(p) for k, p in trainable(model).items()}} if phase == "train" else spec
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
-        return {**super().downlink_spec(model),
-                **{CONTROL + k: TensorSpec.like(p) for k, p in trainable(model).items()}}
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        spec = super().uplink_spec(server, phase)
+        return {**spec, **{DELTA + k: TensorSpec.like(v) for k, v in server["control"].items()}} if phase == "train" else spec
 
-    def uplink_spec(self, server: State) -> Spec:
-        return {**super().uplink_spec(server),
-                **{DELTA + k: TensorSpec.like(v) for k, v in server["control"].items()}}
-
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
-        if self.num_clients < 1:
-            raise FedaugError("scaffold needs the number of clients: call setup_server(num_clients) first")
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average
         p = client_weights(uplinks, self.weighting)
         control = {}
         for k, c in server["control"].items():
             x = server["weights"][k]
             weights[k] = x + self.server_lr * sum(pi * (u.part[k] - x) for pi, u in zip(p, uplinks))
-            control[k] = c + sum(u.part[DELTA + k] for u in uplinks) / self.num_clients
+            control[k] = c + sum(u.part[DELTA + k] for u in uplinks) / server["num_clients"]
         return {**server, "weights": weights, "control": control}

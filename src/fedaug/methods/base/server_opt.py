@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fedaug.methods.base._common import check_range, trainable, warn_like_fedavg
-from fedaug.methods.component import State, Uplink
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import trainable
+from fedaug.methods.options import check_range, warn_like_fedavg
+from fedaug.methods.component import Phase, State, Uplink
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
 
 
@@ -29,8 +30,8 @@ class _ServerOptimizer(FedAvg, abc.ABC):
     def initial_buffer(self, buffer: str, param: Tensor) -> Tensor:
         return torch.zeros_like(param)
 
-    def init_server(self, model: nn.Module) -> State:
-        server = super().init_server(model)
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
+        server = super().init_server(model, num_clients)
         params = trainable(model)
         for b in self.buffers:
             server[b] = {k: self.initial_buffer(b, p.detach()) for k, p in params.items()}
@@ -40,7 +41,7 @@ class _ServerOptimizer(FedAvg, abc.ABC):
     def update(self, server: State, key: str, delta: Tensor) -> Tensor:
         """Update this parameter's buffers in ``server`` in place; return the step added to w."""
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         new = dict(server)
         for b in self.buffers:
             new[b] = dict(server[b])
@@ -64,7 +65,7 @@ class FedAvgM(_ServerOptimizer):
         momentum: server momentum beta in [0, 1) (paper default 0.9; the FedFA authors' code uses
             0.01). 0 with ``server_lr=1`` is FedAvg (warned).
         server_lr: server learning rate (> 0, default 1).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     >>> fedavgm = FedAvgM(momentum=0.9)
     """
@@ -127,7 +128,7 @@ class FedAdam(_Adaptive):
     Args:
         server_lr: eta (default 0.01; the paper tunes it per task).
         beta1, beta2, tau: 0.9, 0.99, 1e-3 (the paper's defaults).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     >>> fedadam = FedAdam(server_lr=0.01)
     """
@@ -146,7 +147,7 @@ class FedYogi(_Adaptive):
     Args:
         server_lr: eta (default 0.01; the paper tunes it per task).
         beta1, beta2, tau: 0.9, 0.99, 1e-3 (the paper's defaults).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     >>> fedyogi = FedYogi()
     """

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from fedaug.methods.base._common import check_range, feature_tap, warn_like_fedavg
+from fedaug.methods._common import feature_tap
+from fedaug.methods.options import check_range, warn_like_fedavg
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 
@@ -26,8 +27,8 @@ def decorrelation_loss(z: Tensor, eps: float = 1e-8) -> Tensor:
 class FedDecorr(Component):
     """FedDecorr (Shi et al., ICLR 2023, arXiv:2210.00226): adds ``beta * decorrelation_loss(z)``
     (:func:`decorrelation_loss`) on z = the input of the classifier head, to the local loss of any
-    base algorithm. An add-on, so its role is ``augmentation``: ``base=fedprox, augs=[feddecorr]``
-    is FedProx + FedDecorr, as in the paper's experiments. Nothing is communicated.
+    server rule. A local objective: ``base=fedavg, augs=[fedprox, feddecorr]`` is FedProx + FedDecorr,
+    as in the paper's experiments. Nothing is communicated.
 
     Args:
         beta: weight of the loss (>= 0, default 0.1; 0 does nothing, warned).
@@ -36,6 +37,7 @@ class FedDecorr(Component):
     """
 
     name = "feddecorr"
+    role = "objective"
 
     def __init__(self, *, beta: float = 0.1) -> None:
         check_range("feddecorr.beta", beta, lo=0.0)
@@ -43,7 +45,7 @@ class FedDecorr(Component):
             warn_like_fedavg("feddecorr.beta=0", "FedDecorr", "leaving it out")
         self.beta = beta
 
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         feature_tap(model)
 
     def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:

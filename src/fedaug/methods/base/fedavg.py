@@ -8,9 +8,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods.component import ClientCtx, Component, State, Uplink
+from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
+from fedaug.methods.options import check_choice
 from fedaug.methods.recipe import METHODS
 
 WEIGHTINGS = ("samples", "uniform")
@@ -50,6 +50,10 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
 class FedAvg(Component):
     """Federated Averaging: clients start from the global weights; the server averages theirs.
 
+    The weights travel in every phase: clients train from them, the post-aggregation query and
+    evaluation load them (with the client's own statistics under ``bn="local"``); only training
+    replies with weights.
+
     Args:
         weighting: ``"samples"`` weights client k by its training-set size n_k (the paper);
             ``"uniform"`` weights every client equally.
@@ -63,15 +67,12 @@ class FedAvg(Component):
     """
 
     name = "fedavg"
-    role = "base"
+    role = "server"
+    phases = ("train", "query", "evaluate")
 
     def __init__(self, *, weighting: str = "samples", bn: str = "average") -> None:
-        if weighting not in WEIGHTINGS:
-            raise ConfigError(f"{self.name}.weighting must be one of {', '.join(WEIGHTINGS)}, got '{weighting}'")
-        if bn not in BN_POLICIES:
-            raise ConfigError(f"{self.name}.bn must be one of {', '.join(BN_POLICIES)}, got '{bn}'")
-        self.weighting = weighting
-        self.bn = bn
+        self.weighting = check_choice(self.name, "weighting", weighting, WEIGHTINGS)
+        self.bn = check_choice(self.name, "bn", bn, BN_POLICIES)
 
     def _local_keys(self, model: nn.Module) -> list[str]:
         return norm_stat_keys(model) if self.bn == "local" else []
@@ -81,14 +82,14 @@ class FedAvg(Component):
         return {k: v for k, v in model.state_dict().items() if k not in local}
 
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         if self.bn == "drop":
             for module in model.modules():
                 if isinstance(module, _NormBase) and module.track_running_stats:
                     module.track_running_stats = False
                     module.running_mean = module.running_var = module.num_batches_tracked = None
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._load(ctx.model, part, state)
 
     def _load(self, model: nn.Module, shared: Part, state: State) -> None:
@@ -101,30 +102,29 @@ class FedAvg(Component):
                     if isinstance(module, _NormBase) and module.track_running_stats:
                         module.reset_running_stats()
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        if not ctx.training:
+            return {}, {}
         sd = ctx.model.state_dict()
         local = self._local_keys(ctx.model)
         uplink = {k: v.detach().clone() for k, v in sd.items() if k not in local}
         state = {"bn": {k: sd[k].detach().clone() for k in local}} if local else {}
         return uplink, state
 
-    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
-        self._load(ctx.model, server["weights"], state)
-
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         return {"weights": {k: v.detach().clone() for k, v in self._shared(model).items()}}
 
-    def downlink(self, server: State, client_id: int) -> Part:
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return dict(server["weights"])
 
-    def downlink_spec(self, model: nn.Module) -> Spec:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         return {k: TensorSpec.like(v) for k, v in self._shared(model).items()}
 
-    def uplink_spec(self, server: State) -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server["weights"].items()}
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        return {k: TensorSpec.like(v) for k, v in server["weights"].items()} if phase == "train" else {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = [float(u.num_samples) if self.weighting == "samples" else 1.0 for u in uplinks]
         new = {k: weighted_average([u.part[k] for u in uplinks], weights) for k in server["weights"]}
         return {**server, "weights": new}

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.payload import Part
-from fedaug.methods.base._common import check_range, detached, frozen_forward, hard_labels, warn_like_fedavg
-from fedaug.methods.component import Batch, ClientCtx, State
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import detached, frozen_forward, hard_labels
+from fedaug.methods.options import check_range, warn_like_fedavg
+from fedaug.methods.component import Batch, ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
 
 
@@ -33,7 +33,7 @@ def not_true_distillation(logits: Tensor, teacher: Tensor, y: Tensor, tau: float
 
 
 @METHODS.register("fedntd", "FedNTD (Lee et al. 2022): not-true distillation from the global model (beta, tau)")
-class FedNTD(FedAvg):
+class FedNTD(Component):
     """FedNTD (Lee et al., NeurIPS 2022, arXiv:2106.03097, Sec. 4).
 
     Local objective: ``CE + beta * L_NTD`` with :func:`not_true_distillation` against the received
@@ -43,23 +43,22 @@ class FedNTD(FedAvg):
     Args:
         beta: weight of the distillation term (>= 0, default 1; 0 is FedAvg, warned).
         tau: temperature (> 0, default 1).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
 
     >>> fedntd = FedNTD(beta=1.0, tau=1.0)
     """
 
     name = "fedntd"
+    role = "objective"
+    needs_global_model = True
 
-    def __init__(self, *, beta: float = 1.0, tau: float = 1.0, weighting: str = "samples", bn: str = "average") -> None:
-        super().__init__(weighting=weighting, bn=bn)
+    def __init__(self, *, beta: float = 1.0, tau: float = 1.0) -> None:
         check_range("fedntd.beta", beta, lo=0.0)
         check_range("fedntd.tau", tau, lo=0.0, lo_open=True)
         if beta == 0:
             warn_like_fedavg("fedntd.beta=0", "FedNTD")
         self.beta, self.tau = beta, tau
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._global = detached(ctx.model.state_dict())
 
     def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:

@@ -3,7 +3,6 @@ head and a feature tap on its input, frozen forwards, label counts and aggregati
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,31 +39,6 @@ def sgd_momentum(optimizer: torch.optim.Optimizer, why: str) -> float:
     if not isinstance(optimizer, torch.optim.SGD):
         raise ConfigError(f"{why}; got train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
     return float(optimizer.param_groups[0]["momentum"])
-
-
-def check_range(option: str, value: float, *, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False) -> None:
-    """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is in range.
-
-    Args:
-        option: ``"<component>.<option>"``, as the user writes it in a config.
-        value: the given value.
-        lo, hi: the limits (``None``: unbounded); ``lo_open``/``hi_open`` exclude them.
-    """
-    too_low = lo is not None and (value <= lo if lo_open else value < lo)
-    too_high = hi is not None and (value >= hi if hi_open else value > hi)
-    if too_low or too_high:
-        parts = []
-        if lo is not None:
-            parts.append(f"{'>' if lo_open else '>='} {lo:g}")
-        if hi is not None:
-            parts.append(f"{'<' if hi_open else '<='} {hi:g}")
-        raise ConfigError(f"{option} must be {' and '.join(parts)}, got {value}")
-
-
-def warn_like_fedavg(setting: str, method: str, same_as: str = "FedAvg") -> None:
-    """Warn that an option value turns ``method`` into ``same_as`` (as Flower does for FedProx mu=0)."""
-    warnings.warn(f"{setting} makes {method} identical to {same_as}", UserWarning, stacklevel=3)
 
 
 def trainable(model: nn.Module) -> dict[str, nn.Parameter]:

@@ -9,9 +9,9 @@ from torch import Tensor
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part
-from fedaug.methods.base._common import check_range, label_counts, warn_like_fedavg
-from fedaug.methods.component import Batch, ClientCtx, State
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import label_counts
+from fedaug.methods.options import check_range, warn_like_fedavg
+from fedaug.methods.component import Batch, ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
 
 
@@ -41,11 +41,12 @@ def restricted_logits(logits: Tensor, counts: Tensor, alpha: float) -> Tensor:
     return logits * torch.where(counts > 0, 1.0, alpha)
 
 
-class _LabelAware(FedAvg):
-    """FedAvg with a task loss that depends on the client's training label counts."""
+class _LabelAware(Component):
+    """A local objective whose task loss depends on the client's training label counts."""
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    role = "objective"
+
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._counts = label_counts(ctx, self.name)
 
 
@@ -59,7 +60,6 @@ class FedLC(_LabelAware):
 
     Args:
         tau: calibration strength (>= 0, default 1; 0 is FedAvg, warned).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
 
     Raises:
         ConfigError: (in training) a soft target puts mass on a class the client has no samples of
@@ -70,8 +70,7 @@ class FedLC(_LabelAware):
 
     name = "fedlc"
 
-    def __init__(self, *, tau: float = 1.0, weighting: str = "samples", bn: str = "average") -> None:
-        super().__init__(weighting=weighting, bn=bn)
+    def __init__(self, *, tau: float = 1.0) -> None:
         check_range("fedlc.tau", tau, lo=0.0)
         if tau == 0:
             warn_like_fedavg("fedlc.tau=0", "FedLC")
@@ -100,15 +99,13 @@ class FedRS(_LabelAware):
 
     Args:
         alpha: scale of missing classes' logits in [0, 1] (default 0.5; 1 is FedAvg, warned).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
 
     >>> fedrs = FedRS(alpha=0.5)
     """
 
     name = "fedrs"
 
-    def __init__(self, *, alpha: float = 0.5, weighting: str = "samples", bn: str = "average") -> None:
-        super().__init__(weighting=weighting, bn=bn)
+    def __init__(self, *, alpha: float = 0.5) -> None:
         check_range("fedrs.alpha", alpha, lo=0.0, hi=1.0)
         if alpha == 1:
             warn_like_fedavg("fedrs.alpha=1", "FedRS")

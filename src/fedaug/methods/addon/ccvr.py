@@ -11,8 +11,9 @@ from torch import Tensor, nn
 
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.core.rng import generator
-from fedaug.methods.base._common import check_range, classifier_head, feature_tap, label_counts
-from fedaug.methods.component import Batch, ClientCtx, Component, State, Uplink
+from fedaug.methods._common import classifier_head, feature_tap, label_counts
+from fedaug.methods.options import check_range
+from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
 
@@ -91,6 +92,8 @@ class CCVR(Component):
     """
 
     name = "ccvr"
+    phases = ("train", "evaluate")
+    needs_global_model = True
 
     def __init__(self, *, num_virtual: int = 100, epochs: int = 10, lr: float = 0.01, batch_size: int = 64) -> None:
         check_range("ccvr.num_virtual", num_virtual, lo=1)
@@ -100,11 +103,18 @@ class CCVR(Component):
         self.num_virtual, self.epochs, self.lr, self.batch_size = num_virtual, epochs, lr, batch_size
 
     # --- client side -----------------------------------------------------------------------
-    def setup(self, model: nn.Module) -> None:
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         feature_tap(model)
 
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        if ctx.training:
+            self._statistics(ctx)
+        else:
+            self._calibrate(ctx, part)
+
     @torch.no_grad()
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
+    def _statistics(self, ctx: ClientCtx) -> None:
+        """This client's class statistics of the features of the model it received (before training)."""
         counts = label_counts(ctx, self.name)
         tap, model = feature_tap(ctx.model), ctx.model
         was_training = model.training
@@ -118,11 +128,12 @@ class CCVR(Component):
             model.train(was_training)
         self._stats = class_statistics(z.float(), ctx.data.y, counts.shape[0])
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         mean, cov, count = self._stats
         return {"mean": mean, "cov": cov, "count": count}, {}
 
-    def eval_start(self, ctx: ClientCtx, server: State, state: State) -> None:
+    def _calibrate(self, ctx: ClientCtx, server: Part) -> None:
+        """Retrain the head of ``ctx.model`` on virtual features drawn from the federation's statistics."""
         usable = server["count"] >= 2
         if not bool(usable.any()):
             return
@@ -144,15 +155,26 @@ class CCVR(Component):
                 p.copy_(new)
 
     # --- server side -----------------------------------------------------------------------
-    def init_server(self, model: nn.Module) -> State:
+    def init_server(self, model: nn.Module, num_clients: int) -> State:
         _, head = classifier_head(model)
         k, d = head.out_features, head.in_features
         return {"mean": torch.zeros(k, d), "cov": torch.zeros(k, d, d), "count": torch.zeros(k)}
 
-    def uplink_spec(self, server: State) -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server.items()}
+    def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
+        return {k: v.clone() for k, v in server.items()} if phase == "evaluate" else {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink]) -> State:
+    def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
+        if phase != "evaluate":
+            return {}
+        _, head = classifier_head(model)
+        k, d = head.out_features, head.in_features
+        return {"mean": TensorSpec((k, d), torch.float32), "cov": TensorSpec((k, d, d), torch.float32),
+                "count": TensorSpec((k,), torch.float32)}
+
+    def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
+        return {k: TensorSpec.like(v) for k, v in server.items()} if phase == "train" else {}
+
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         mean, cov, count = merge_statistics(torch.stack([u.part["mean"] for u in uplinks]),
                                             torch.stack([u.part["cov"] for u in uplinks]),
                                             torch.stack([u.part["count"] for u in uplinks]))

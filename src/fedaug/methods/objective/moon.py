@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaug.core.payload import Part
-from fedaug.methods.base._common import check_range, detached, feature_tap, frozen_forward, warn_like_fedavg
-from fedaug.methods.component import Batch, ClientCtx, State
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods._common import detached, feature_tap, frozen_forward
+from fedaug.methods.options import check_range, warn_like_fedavg
+from fedaug.methods.component import Batch, ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
 
 
@@ -30,7 +30,7 @@ def model_contrastive_loss(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float
 
 
 @METHODS.register("moon", "MOON (Li et al. 2021): model-contrastive loss on the representation (mu, tau)")
-class MOON(FedAvg):
+class MOON(Component):
     """MOON (Li, He & Song, CVPR 2021, arXiv:2103.16257, Eq. 3-4).
 
     Local objective: ``CE + mu * l_con`` with :func:`model_contrastive_loss` on the representation
@@ -45,27 +45,25 @@ class MOON(FedAvg):
     Args:
         mu: weight of the contrastive term (>= 0, default 1; the paper uses 1 or 5). 0 is FedAvg.
         tau: temperature (> 0, default 0.5).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
 
     >>> moon = MOON(mu=1.0, tau=0.5)
     """
 
     name = "moon"
+    role = "objective"
+    needs_global_model = True
 
-    def __init__(self, *, mu: float = 1.0, tau: float = 0.5, weighting: str = "samples", bn: str = "average") -> None:
-        super().__init__(weighting=weighting, bn=bn)
+    def __init__(self, *, mu: float = 1.0, tau: float = 0.5) -> None:
         check_range("moon.mu", mu, lo=0.0)
         check_range("moon.tau", tau, lo=0.0, lo_open=True)
         if mu == 0:
             warn_like_fedavg("moon.mu=0", "MOON")
         self.mu, self.tau = mu, tau
 
-    def setup(self, model: nn.Module) -> None:
-        super().setup(model)
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         feature_tap(model)
 
-    def round_start(self, ctx: ClientCtx, part: Part, state: State) -> None:
-        super().round_start(ctx, part, state)
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._global = detached(ctx.model.state_dict())
         self._previous = state.get("previous")
 
@@ -78,6 +76,5 @@ class MOON(FedAvg):
         z_prev, _ = frozen_forward(ctx.model, self._previous, batch.x, tap)
         return {"con": self.mu * model_contrastive_loss(z, z_glob, z_prev, self.tau)}
 
-    def round_end(self, ctx: ClientCtx) -> tuple[Part, State]:
-        part, state = super().round_end(ctx)
-        return part, {**state, "previous": detached(ctx.model.state_dict())}
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        return {}, {"previous": detached(ctx.model.state_dict())}

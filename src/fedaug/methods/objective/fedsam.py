@@ -1,18 +1,17 @@
-"""FedSAM: FedAvg whose clients use sharpness-aware minimisation as the local step."""
+"""FedSAM: sharpness-aware minimisation as the local step (a local objective)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from fedaug.methods.base._common import check_range, warn_like_fedavg
-from fedaug.methods.component import ClientCtx, Closure
-from fedaug.methods.fedavg import FedAvg
+from fedaug.methods.options import check_range, warn_like_fedavg
+from fedaug.methods.component import ClientCtx, Closure, Component
 from fedaug.methods.recipe import METHODS
 
 
 @METHODS.register("fedsam", "FedSAM (Qu et al. 2022): sharpness-aware local steps (rho)")
-class FedSAM(FedAvg):
+class FedSAM(Component):
     """FedSAM (Qu et al., ICML 2022, arXiv:2206.02618; Caldarola et al., ECCV 2022,
     arXiv:2203.11834): each local step is a SAM step (Foret et al., ICLR 2021, arXiv:2010.01412,
     Eq. 2-3).
@@ -24,15 +23,14 @@ class FedSAM(FedAvg):
 
     Args:
         rho: neighbourhood radius (>= 0, default 0.05; 0 is FedAvg, warned).
-        weighting, bn: as :class:`~fedaug.methods.fedavg.FedAvg`.
 
     >>> fedsam = FedSAM(rho=0.05)
     """
 
     name = "fedsam"
+    role = "objective"
 
-    def __init__(self, *, rho: float = 0.05, weighting: str = "samples", bn: str = "average") -> None:
-        super().__init__(weighting=weighting, bn=bn)
+    def __init__(self, *, rho: float = 0.05) -> None:
         check_range("fedsam.rho", rho, lo=0.0)
         if rho == 0:
             warn_like_fedavg("fedsam.rho=0", "FedSAM")
