@@ -11,7 +11,7 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.data.registry import load_dataset
 from fedaug.engine.simulate import Simulation, build_simulation
-from fedaug.methods.component import Component
+from fedaug.methods.component import PHASES, Component
 from fedaug.methods.recipe import Recipe, build_recipe
 from fedaug.methods.base.fedavg import FedAvg
 from tests.conftest import tiny_raw
@@ -144,22 +144,22 @@ class Recorder(Component):
     """Test component recording every hook call, to check the documented call sequence."""
 
     name = "recorder"
+    phases = PHASES
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def setup(self, model): self.calls.append("setup")
-    def init_server(self, model): self.calls.append("init_server"); return {}
-    def downlink(self, server, client_id): self.calls.append("downlink"); return {}
-    def round_start(self, ctx, part, state): self.calls.append("round_start")
+    def setup(self, model, input_shape): self.calls.append("setup")
+    def init_server(self, model, num_clients): self.calls.append("init_server"); return {}
+    def downlink(self, server, client_id, phase="train"): self.calls.append(f"downlink:{phase}"); return {}
+    def receive(self, ctx, part, state): self.calls.append(f"receive:{ctx.phase}")
     def transform_batch(self, ctx, batch):
         self.calls.append("transform_batch" if ctx.training else "eval_transform_batch")
         return batch
     def loss_terms(self, ctx, batch, out): self.calls.append("loss_terms"); return {}
     def before_step(self, ctx, optimizer): self.calls.append("before_step")
-    def round_end(self, ctx): self.calls.append("round_end"); return {}, {}
-    def aggregate(self, server, uplinks): self.calls.append("aggregate"); return server
-    def eval_start(self, ctx, server, state): self.calls.append("eval_start")
+    def reply(self, ctx): self.calls.append(f"reply:{ctx.phase}"); return {}, {}
+    def aggregate(self, server, uplinks, phase="train"): self.calls.append(f"aggregate:{phase}"); return server
 
 
 def test_hooks_are_called_in_the_documented_order():
@@ -171,8 +171,9 @@ def test_hooks_are_called_in_the_documented_order():
     sim.run_round(1)
     sim.evaluate()
     batch = ["transform_batch", "loss_terms", "before_step"]
-    assert rec.calls == (["setup", "init_server", "downlink", "round_start"] + batch * 2
-                         + ["round_end", "aggregate", "eval_start", "eval_transform_batch", "eval_transform_batch"])
+    assert rec.calls == (["setup", "init_server", "downlink:train", "receive:train"] + batch * 2
+                         + ["reply:train", "aggregate:train", "downlink:evaluate", "receive:evaluate",
+                            "eval_transform_batch", "eval_transform_batch"])
 
 
 def test_participation_sampling_zero_clients_is_a_config_error(tiny_cfg):

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedaug.core.errors import AttachError
-from fedaug.layers.attach import attach, attach_default, stage_channels
+from fedaug.core.errors import AttachError, ConfigError
+from fedaug.layers.attach import attach, attach_default, chains, check_chains, stage_channels
 from fedaug.models import build_model
 
 
@@ -95,12 +95,54 @@ def test_long_module_lists_show_the_top_level():
         attach(build_model("resnet18_cifar", in_channels=3, num_classes=10), {"layer5": nn.Identity()})
 
 
-def test_attaching_twice_at_a_name_is_an_error_naming_it():
+class _Affine(nn.Module):
+    """``x * scale + shift`` (no parameters): two of them do not commute."""
+
+    def __init__(self, scale: float, shift: float) -> None:
+        super().__init__()
+        self.scale, self.shift = scale, shift
+
+    def forward(self, x):
+        return x * self.scale + self.shift
+
+
+def test_attaching_twice_at_a_name_chains_in_attach_order():
+    model, ref = _model().eval(), _model().eval()
+    layer1, layer2 = _Affine(2.0, 1.0), _Affine(0.5, -3.0)
+    first = attach(model, {"block2": layer1}, owner="a")
+    second = attach(model, {"block1": nn.Identity(), "block2": layer2}, owner="b")
+    assert chains(model)["block2"] == [("a", layer1), ("b", layer2)]
+    assert [owner for owner, _ in chains(model)["block1"]] == ["b"]
+    x = _x()
+    with attach(ref, {"block2": nn.Sequential(layer1, layer2)}):  # layer2(layer1(out))
+        assert torch.equal(model(x), ref(x))
+    with attach(ref, {"block2": nn.Sequential(layer2, layer1)}):
+        assert not torch.equal(model(x), ref(x))  # the order matters
+    with pytest.raises(AttachError, match="'nothing'"):
+        attach(model, {"block3": nn.Identity(), "nothing": nn.Identity()})
+    assert "block3" not in chains(model)  # nothing half-attached
+    second.detach()
+    assert chains(model) == {"block2": [("a", layer1)]}
+    first.detach()
+    assert chains(model) == {}
+
+
+class _Last(nn.Identity):
+    must_be_last = True
+
+
+def test_check_chains_refuses_a_layer_after_a_must_be_last_one_naming_owners_and_module():
     model = _model()
-    attach(model, {"block2": nn.Identity()})
-    with pytest.raises(AttachError, match=r"'block2' already has a layer attached"):
-        attach(model, {"block1": nn.Identity(), "block2": nn.Identity()})
-    assert not model.block1._forward_hooks  # nothing half-attached
+    attach(model, {"block1": nn.Identity(), "block2": _Last()}, owner="first")
+    attach(model, {"block1": _Last()}, owner="last")
+    check_chains(model)  # a must-be-last layer at the end of its chain is fine
+    attach(model, {"block2": nn.Identity(), "block1": nn.Identity()}, owner="late")
+    with pytest.raises(ConfigError) as err:
+        check_chains(model)
+    msg = str(err.value)
+    assert "'late' attaches a layer after 'first' at module 'block2'" in msg
+    assert "'late' attaches a layer after 'last' at module 'block1'" in msg  # every problem at once
+    assert "list 'late' before 'first' in method.augs" in msg
 
 
 def test_stage_channels_does_not_change_bn_statistics_or_modes():

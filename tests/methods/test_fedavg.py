@@ -32,7 +32,7 @@ UPLINKS = [uplink(0, 10, [1.0, 2.0], 0.5, 1.0), uplink(1, 30, [3.0, -2.0], -0.5,
 
 def test_sample_weighted_average_equals_numpy():
     fedavg = FedAvg()
-    server = fedavg.init_server(Tiny())
+    server = fedavg.init_server(Tiny(), 3)
     new = fedavg.aggregate(server, UPLINKS)["weights"]
     n = [10, 30, 60]
     np.testing.assert_allclose(new["fc.weight"].numpy(), np.average([[[1, 2]], [[3, -2]], [[0, 1]]], axis=0, weights=n), rtol=1e-6)
@@ -44,7 +44,7 @@ def test_sample_weighted_average_equals_numpy():
 
 def test_uniform_weighting_is_the_plain_mean():
     fedavg = FedAvg(weighting="uniform")
-    new = fedavg.aggregate(fedavg.init_server(Tiny()), UPLINKS)["weights"]
+    new = fedavg.aggregate(fedavg.init_server(Tiny(), 3), UPLINKS)["weights"]
     np.testing.assert_allclose(new["fc.bias"].numpy(), [np.mean([0.5, -0.5, 1.5])], rtol=1e-6)
 
 
@@ -62,7 +62,7 @@ def test_weighted_average_golden_table():
 def test_local_bn_keeps_statistics_out_of_the_shared_weights():
     model = Tiny()
     assert norm_stat_keys(model) == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
-    server = FedAvg(bn="local").init_server(model)
+    server = FedAvg(bn="local").init_server(model, 3)
     assert set(server["weights"]) == {"fc.weight", "fc.bias", "bn.weight", "bn.bias"}
 
 

@@ -92,7 +92,7 @@ class ClientCtx:
         phase: the phase this context runs (:data:`PHASES`); :attr:`training` is ``phase == "train"``.
         task: the task's loss and metric (set by the engine).
         num_steps: the number of local optimiser steps of this round, known from
-            ``round_start`` on (set by the engine; 0 during evaluation).
+            ``receive`` on (set by the engine; 0 during evaluation).
         component: the name of the component this view belongs to (set by the recipe).
         eval_inputs: during local training (set by the engine; ``None`` elsewhere), the input
             pipeline evaluation applies, up to this component: the ``transform_batch`` of every

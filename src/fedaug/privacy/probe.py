@@ -18,17 +18,17 @@ from fedaug.privacy.dcor import distance_correlation
 
 def global_model(sim: Any, client_id: int = 0) -> nn.Module:
     """``sim.model`` loaded with the current global model as ``client_id`` evaluates it (every
-    component's ``eval_start``), in eval mode.
+    component that takes part in evaluation receives its evaluation part), in eval mode.
 
     Args:
         sim: a :class:`fedaug.engine.simulate.Simulation` (after some rounds, or restored).
         client_id: whose per-client state (e.g. local BatchNorm statistics) to use.
     """
     ctx = ClientCtx(sim.model, client_id, sim.round, sim.cfg.seed, sim.data.clients[client_id].train,
-                    training=False, task=sim.task)
+                    phase="evaluate", task=sim.task)
     states = sim.client_states.get(client_id, {})
-    for c in sim.recipe.components:
-        c.eval_start(ctx.view(c.name), sim.server[c.name], states.get(c.name, {}))
+    for c in sim.recipe.participants("evaluate"):
+        c.receive(ctx.view(c.name), c.downlink(sim.server[c.name], client_id, "evaluate"), states.get(c.name, {}))
     return sim.model.eval()
 
 

@@ -54,7 +54,7 @@ def run_features(run: Run, *, stage: str | None = None, per_client: int = 100, s
     for cid, client in enumerate(sim.data.clients):
         part = getattr(client, split)
         model = global_model(sim, cid)
-        ctx = ClientCtx(sim.model, cid, sim.round, sim.cfg.seed, client.train, training=False, task=sim.task)
+        ctx = ClientCtx(sim.model, cid, sim.round, sim.cfg.seed, client.train, phase="evaluate", task=sim.task)
         transforms = sim.recipe.per_batch["transform_batch"]
         batch = transform_inputs(transforms, {c.name: ctx.view(c.name) for c in transforms},
                                  Batch(part.x[:per_client], part.y[:per_client]))

@@ -26,7 +26,7 @@ def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
     """``records`` in the bb05886 structure: without ``eval.comm``, legacy weights under the objective."""
     for rec in records:
         comm = rec["eval"].pop("comm")
-        assert comm["down_total"] > 0 and set(comm["up"]) == {"meters"}
+        assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}
         if legacy_base is not None:
             for direction in ("down", "up"):
                 parts = rec["comm"][direction]

@@ -15,11 +15,11 @@ from tests.conftest import tiny_raw
 
 
 def make_ctx(x: torch.Tensor, y: torch.Tensor | None = None, *, client_id: int = 0, round: int = 1,
-             training: bool = True, num_classes: int = 4, model: nn.Module | None = None,
+             phase: str = "train", num_classes: int = 4, model: nn.Module | None = None,
              component: str = "test") -> ClientCtx:
     """A :class:`ClientCtx` whose training split is ``(x, y)`` (labels 0 when not given)."""
     y = torch.zeros(x.shape[0], dtype=torch.int64) if y is None else y
-    return ClientCtx(model or nn.Identity(), client_id, round, 0, Split(x, y), training=training,
+    return ClientCtx(model or nn.Identity(), client_id, round, 0, Split(x, y), phase=phase,
                      task=make_task("classification", num_classes), component=component)
 
 

@@ -21,12 +21,12 @@ def test_shares_a_fraction_once_and_extends_training_batches_only():
     assert sim.server["feddata"]["owner"].tolist() == [0] * shared + [1] * shared + [2] * shared
     feddata = sim.recipe.components[1]
     ctx = make_ctx(sim.data.clients[0].train.x, sim.data.clients[0].train.y, client_id=0)
-    feddata.round_start(ctx, feddata.downlink(sim.server["feddata"], 0), sim.client_states[0]["feddata"])
+    feddata.receive(ctx, feddata.downlink(sim.server["feddata"], 0), sim.client_states[0]["feddata"])
     assert feddata.shared_x.shape == (2 * shared, 1, 8, 8)  # the other two clients' samples
     batch = Batch(ctx.data.x[:16], ctx.data.y[:16])
     out = feddata.transform_batch(ctx, batch)
     assert out.x.shape[0] == 24 and out.y.shape == (24,)
-    ctx.training = False
+    ctx.phase = "evaluate"
     assert feddata.transform_batch(ctx, batch) is batch
 
 

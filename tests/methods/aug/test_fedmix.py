@@ -63,7 +63,7 @@ def shared_fedmix(mode: str) -> tuple[FedMix, object]:
     ctx = make_ctx(x, torch.tensor([0, 1, 2, 3, 0, 1]), client_id=0, model=nn.Sequential(nn.Flatten(), nn.Linear(9, 4)))
     part = {"start": torch.tensor(0), "x": torch.rand(3, 9), "y": torch.eye(4)[torch.tensor([1, 2, 3])],
             "owner": torch.tensor([1, 1, 2])}
-    fedmix.round_start(ctx, part, {})
+    fedmix.receive(ctx, part, {})
     return fedmix, ctx
 
 
@@ -81,7 +81,7 @@ def test_fedmix_forward_scales_the_input_and_its_loss_is_finite():
     x, x_bar, y_bar = fedmix._pair
     assert torch.allclose(x, 0.75 * ctx.data.x) and x_bar.shape == (6, 1, 3, 3) and y_bar.shape == (6, 4)
     assert torch.isfinite(fedmix.task_loss(ctx, out, target))
-    up, state = fedmix.round_end(ctx)
+    up, state = fedmix.reply(ctx)
     assert up["x"].shape == (3, 9) and up["y"].shape == (3, 4) and int(up["have"]) == 3  # 6 samples / M_k=2
     assert state["owner"].tolist() == [1, 1, 2]
 

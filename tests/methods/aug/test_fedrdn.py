@@ -48,7 +48,7 @@ def test_per_image_draws_are_uniform_over_clients_and_matched():
     x = torch.ones(4, 1, 2, 2)
     ctx = make_ctx(x, client_id=3)
     fedrdn = FedRDN()
-    fedrdn.round_start(ctx, server, {"n": 4})
+    fedrdn.receive(ctx, fedrdn.downlink(server, 3), {"n": 4})
     pairs = {round((1 - m) / (m + 1), 5): m for m in range(k)}
     counts = np.zeros(k)
     for _ in range(400):
@@ -71,15 +71,15 @@ def test_batch_draw_is_one_unmatched_draw_per_batch():
 def test_test_time_uses_the_clients_own_statistics_and_variant_v_the_average():
     server = table([[0.1, 0.2], [0.5, 0.6], [0.9, 1.0]], [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     x = torch.rand(6, 2, 3, 3)
-    ctx = make_ctx(x, client_id=1, training=False)
+    ctx = make_ctx(x, client_id=1, phase="evaluate")
     fedrdn = FedRDN()
-    fedrdn.eval_start(ctx, server, {"n": 6})
+    fedrdn.receive(ctx, fedrdn.downlink(server, 1, "evaluate"), {"n": 6})
     out = fedrdn.transform_batch(ctx, Batch(x, ctx.data.y)).x
     assert torch.allclose(out, (x - torch.tensor([0.5, 0.6]).view(1, 2, 1, 1)) / torch.tensor([3.0, 4.0]).view(1, 2, 1, 1))
     v = FedRDN(variant="average")
-    for training in (True, False):
-        ctx.training = training
-        (v.round_start if training else v.eval_start)(ctx, server, {"n": 6})
+    for phase in ("train", "evaluate"):
+        ctx.phase = phase
+        v.receive(ctx, v.downlink(server, 1, phase), {"n": 6})
         out = v.transform_batch(ctx, Batch(x, ctx.data.y)).x
         mean, std = torch.tensor([0.5, 0.6]).view(1, 2, 1, 1), torch.tensor([3.0, 4.0]).view(1, 2, 1, 1)
         assert torch.allclose(out, (x - mean) / std, atol=1e-6)  # Eq. 8: the unweighted average
@@ -90,10 +90,10 @@ def test_identical_statistics_everywhere_equal_conventional_normalisation():
     server = table([mean] * 4, [std] * 4)
     x = torch.rand(8, 3, 4, 4)
     norm = Normalize(mean=mean, std=std)
-    for training in (True, False):
-        ctx = make_ctx(x, client_id=2, training=training)
+    for phase in ("train", "evaluate"):
+        ctx = make_ctx(x, client_id=2, phase=phase)
         fedrdn = FedRDN()
-        (fedrdn.round_start if training else fedrdn.eval_start)(ctx, server, {"n": 8})
+        fedrdn.receive(ctx, fedrdn.downlink(server, 2, phase), {"n": 8})
         batch = Batch(x, ctx.data.y)
         assert torch.allclose(fedrdn.transform_batch(ctx, batch).x, norm.transform_batch(ctx, batch).x)
 
@@ -101,20 +101,20 @@ def test_identical_statistics_everywhere_equal_conventional_normalisation():
 def test_a_client_uploads_its_statistics_once_and_the_server_keeps_a_table():
     x = torch.rand(5, 2, 3, 3) + 1
     fedrdn = FedRDN()
-    empty = fedrdn.init_server(torch.nn.Identity())
+    empty = fedrdn.init_server(torch.nn.Identity(), 8)
     ctx = make_ctx(x, client_id=7)
-    fedrdn.round_start(ctx, fedrdn.downlink(empty, 7), {})  # round 1: only its own pair
+    fedrdn.receive(ctx, fedrdn.downlink(empty, 7), {})  # round 1: only its own pair
     assert fedrdn._train[0].shape == (1, 2)
-    own = normalize_channels(x, *client_stats(ctx))  # Eq. 7, available from round_start on (CCVR uses it)
-    assert torch.equal(fedrdn.transform_batch(dataclasses.replace(ctx, training=False), Batch(x, x[:, 0, 0, 0])).x, own)
-    up, state = fedrdn.round_end(ctx)
+    own = normalize_channels(x, *client_stats(ctx))  # Eq. 7, available from receive on (CCVR uses it)
+    assert torch.equal(fedrdn.transform_batch(dataclasses.replace(ctx, phase="evaluate"), Batch(x, x[:, 0, 0, 0])).x, own)
+    up, state = fedrdn.reply(ctx)
     assert up["mean"].shape == (1, 2) and state == {"n": 5}
     server = fedrdn.aggregate(empty, [Uplink(7, 5, up)])
     assert server["ids"].tolist() == [7] and torch.equal(server["mean"][0], client_stats(ctx)[0])
-    fedrdn.round_start(ctx, fedrdn.downlink(server, 7), state)  # known: nothing to upload
-    assert fedrdn.round_end(ctx)[0]["mean"].shape == (0, 2)
-    fedrdn.round_start(ctx, fedrdn.downlink(server, 7), {"n": 4})  # data changed: recompute and replace
-    up, _ = fedrdn.round_end(ctx)
+    fedrdn.receive(ctx, fedrdn.downlink(server, 7), state)  # known: nothing to upload
+    assert fedrdn.reply(ctx)[0]["mean"].shape == (0, 2)
+    fedrdn.receive(ctx, fedrdn.downlink(server, 7), {"n": 4})  # data changed: recompute and replace
+    up, _ = fedrdn.reply(ctx)
     assert up["mean"].shape == (1, 2)
     assert fedrdn.aggregate(server, [Uplink(7, 5, up)])["ids"].tolist() == [7]
 

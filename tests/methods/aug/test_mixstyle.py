@@ -18,10 +18,10 @@ def setup(component):
     model = build_model("small_cnn", in_channels=1, num_classes=4, width=8)
     reference = build_model("small_cnn", in_channels=1, num_classes=4, width=8)
     reference.load_state_dict(model.state_dict())
-    component.setup(model)
+    component.setup(model, (1, 8, 8))
     x = torch.rand(6, 1, 8, 8)
     ctx = make_ctx(x, torch.tensor([0, 1, 2, 3, 0, 1]), model=model)
-    component.round_start(ctx, {}, {})
+    component.receive(ctx, {}, {})
     return model, reference, ctx
 
 

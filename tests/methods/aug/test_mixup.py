@@ -26,7 +26,7 @@ def test_mixup_labels_sum_to_one_and_match_the_inputs_mixing():
     assert bool((lam > 0).all())
     same = make_ctx(b.x, b.y)
     assert torch.equal(Mixup(alpha=1.0).transform_batch(same, b).x, out.x)  # same seed, same draws
-    ctx.training = False
+    ctx.phase = "evaluate"
     assert Mixup().transform_batch(ctx, b) is b
 
 
@@ -42,6 +42,6 @@ def test_manifold_mixup_mixes_at_the_stage_and_gives_soft_labels(stage):
 def test_manifold_mixup_rejects_unknown_stages():
     model = build_model("small_cnn", in_channels=1, num_classes=4, width=8)
     with pytest.raises(ConfigError, match="manifold_mixup.stages"):
-        ManifoldMixup(stages=["conv9"]).setup(model)
+        ManifoldMixup(stages=["conv9"]).setup(model, (1, 8, 8))
     with pytest.raises(ConfigError, match=r"mixup\.alpha"):
         Mixup(alpha=0)

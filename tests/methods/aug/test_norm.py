@@ -13,8 +13,8 @@ from tests.methods.aug.inputs import make_ctx
 
 def test_fixed_statistics_in_training_and_evaluation():
     x = torch.rand(4, 3, 2, 2)
-    for training in (True, False):
-        ctx = make_ctx(x, training=training)
+    for phase in ("train", "evaluate"):
+        ctx = make_ctx(x, phase=phase)
         out = Normalize(mean=[0.1, 0.2, 0.3], std=0.5).transform_batch(ctx, Batch(x, ctx.data.y)).x
         assert torch.allclose(out, (x - torch.tensor([0.1, 0.2, 0.3]).view(1, 3, 1, 1)) / 0.5)
 

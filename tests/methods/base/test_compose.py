@@ -27,11 +27,11 @@ class Jitter(Component):
     name = "jitter"
     spec = {"mean": TensorSpec((1,), torch.float32)}
 
-    def init_server(self, model): return {"mean": torch.zeros(1)}
-    def downlink(self, server, client_id): return {"mean": server["mean"]}
-    def downlink_spec(self, model): return self.spec
-    def uplink_spec(self, server): return self.spec
-    def round_start(self, ctx, part, state): self.sum, self.n = torch.zeros(1), 0
+    def init_server(self, model, num_clients): return {"mean": torch.zeros(1)}
+    def downlink(self, server, client_id, phase="train"): return {"mean": server["mean"]}
+    def downlink_spec(self, model, phase="train"): return self.spec
+    def uplink_spec(self, server, phase="train"): return self.spec
+    def receive(self, ctx, part, state): self.sum, self.n = torch.zeros(1), 0
 
     def transform_batch(self, ctx, batch):
         if not ctx.training:
@@ -40,11 +40,11 @@ class Jitter(Component):
         self.n += 1
         return Batch(batch.x + 0.01 * torch.randn(batch.x.shape, generator=ctx.rng("noise")), batch.y)
 
-    def round_end(self, ctx): return {"mean": self.sum / self.n}, {}
-    def aggregate(self, server, uplinks): return {"mean": torch.stack([u.part["mean"] for u in uplinks]).mean(0)}
+    def reply(self, ctx): return {"mean": self.sum / self.n}, {}
+    def aggregate(self, server, uplinks, phase="train"): return {"mean": torch.stack([u.part["mean"] for u in uplinks]).mean(0)}
 
 
-BASES = [n for n in METHODS.names() if METHODS.get(n).role == "base"]
+BASES = [n for n in METHODS.names() if METHODS.get(n).role != "augmentation"]  # server rules and legacy objective bases
 REGISTERED_AUGS = [n for n in METHODS.names() if METHODS.get(n).role == "augmentation"]
 MAIN_AUGS = ["jitter"] + [a for a in ("fedfa", "fedrdn") if a in REGISTERED_AUGS]
 OTHER_PAIRS = [(BASES[i % len(BASES)], a) for i, a in enumerate(a for a in REGISTERED_AUGS if a not in MAIN_AUGS)]
@@ -71,7 +71,9 @@ def run(base: str, aug: str) -> tuple[dict, Simulation]:
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     try:
         other = Jitter() if aug == "jitter" else build_component(aug, {})
-        recipe = Recipe(build_component(base, {}), [other])
+        first = build_component(base, {})
+        recipe = (Recipe(build_component("fedavg", {}), [first, other]) if first.role == "objective"
+                  else Recipe(first, [other]))
     except Exception as exc:  # an augmentation that needs options, or one replacing the same hook
         pytest.skip(f"{aug} does not build with default options on {base}: {exc}")
     sim = Simulation(cfg, data, recipe)

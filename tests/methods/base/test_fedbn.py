@@ -31,12 +31,12 @@ def test_bn_layers_never_travel_and_each_client_keeps_its_own():
     # round 2 starts from each client's own BN layers: check it on client 0 directly
     fedbn = sim.recipe.base
     ctx = ClientCtx(sim.model, 0, 2, 7, sim.data.clients[0].train)
-    fedbn.round_start(ctx, fedbn.downlink(sim.server["fedbn"], 0), sim.client_states[0]["fedbn"])
+    fedbn.receive(ctx, fedbn.downlink(sim.server["fedbn"], 0), sim.client_states[0]["fedbn"])
     for k, v in states1[0].items():
         assert torch.equal(sim.model.state_dict()[k], v), k
     # evaluation of client 1 uses client 1's BN layers
-    fedbn.eval_start(ClientCtx(sim.model, 1, 1, 7, sim.data.clients[1].train, training=False),
-                     sim.server["fedbn"], sim.client_states[1]["fedbn"])
+    fedbn.receive(ClientCtx(sim.model, 1, 1, 7, sim.data.clients[1].train, phase="evaluate"),
+                  fedbn.downlink(sim.server["fedbn"], 1, "evaluate"), sim.client_states[1]["fedbn"])
     assert torch.equal(sim.model.state_dict()["block2.1.bias"], states1[1]["block2.1.bias"])
 
 
@@ -59,6 +59,6 @@ def test_first_round_starts_from_the_initial_bn_layers():
         sim.model.block1[1].weight.fill_(5.0)  # what a previous client might have left
     fedbn = sim.recipe.base
     ctx = ClientCtx(sim.model, 2, 1, 7, sim.data.clients[2].train)
-    fedbn.round_start(ctx, fedbn.downlink(sim.server["fedbn"], 2), {})
+    fedbn.receive(ctx, fedbn.downlink(sim.server["fedbn"], 2), {})
     for k, v in initial.items():
         assert torch.equal(sim.model.state_dict()[k], v), k

@@ -21,14 +21,14 @@ def test_two_local_steps_and_the_gradient_state():
     alpha = 0.5
     dyn = FedDyn(alpha=alpha)
     model = Linear2()
-    server = dyn.init_server(model)
+    server = dyn.init_server(model, 1)
     state = {"feddyn": {"grad": {"head.weight": t(G_W), "head.bias": t(G_B)}}}
     result = run_client(Recipe(dyn), model, {"feddyn": dyn.downlink(server, 0)}, state, steps=2)
     w, b = W0.copy(), B0.copy()
     for _ in range(2):  # grad of L - <g, theta> + alpha/2 ||theta - theta_g||^2
         gw, gb = ce_grads(w, b)
         w, b = w - LR * (gw - G_W + alpha * (w - W0)), b - LR * (gb - G_B + alpha * (b - B0))
-    np.testing.assert_allclose(result.uplink["feddyn"]["head.weight"].numpy(), w, rtol=1e-5)
+    np.testing.assert_allclose(result.message["feddyn"]["head.weight"].numpy(), w, rtol=1e-5)
     g_new = result.state["feddyn"]["grad"]
     np.testing.assert_allclose(g_new["head.weight"].numpy(), G_W - alpha * (w - W0), rtol=1e-5)
     np.testing.assert_allclose(g_new["head.bias"].numpy(), G_B - alpha * (b - B0), rtol=1e-5)
@@ -37,8 +37,7 @@ def test_two_local_steps_and_the_gradient_state():
 def test_server_h_and_weights():
     alpha = 0.1
     dyn = FedDyn(alpha=alpha, weighting="uniform")
-    dyn.setup_server(3)
-    server = dyn.init_server(Linear2())
+    server = dyn.init_server(Linear2(), 3)
     server["h"]["head.bias"] = t([0.02, -0.01])
     ups = [Uplink(0, 4, {"head.weight": t(W0 + 1.0), "head.bias": t(B0 + [1.0, 0.0])}),
            Uplink(2, 8, {"head.weight": t(W0 + 3.0), "head.bias": t(B0 + [0.0, 2.0])})]

@@ -24,14 +24,14 @@ def test_normalizing_norm_equals_the_sum_of_momentum_coefficients(tau, rho):
 def test_client_uploads_its_norm_from_steps_and_momentum():
     nova = FedNova()
     model = Linear2()
-    server = nova.init_server(model)
+    server = nova.init_server(model, 1)
     result = run_client(Recipe(nova), model, {"fednova": nova.downlink(server, 0)}, steps=3, momentum=0.5)
-    assert result.uplink["fednova"]["a_norm"].item() == pytest.approx(1 + 1.5 + 1.75)
+    assert result.message["fednova"]["a_norm"].item() == pytest.approx(1 + 1.5 + 1.75)
 
 
 def test_server_normalises_updates():
     nova = FedNova()
-    server = nova.init_server(Linear2())
+    server = nova.init_server(Linear2(), 2)
     x = W0
     updates = [np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[-2.0, 4.0], [2.0, 0.0]])]
     a, n = [2.0, 8.0], [30, 10]
@@ -50,6 +50,6 @@ def test_server_normalises_updates():
 def test_adam_is_rejected():
     nova = FedNova()
     model = Linear2()
-    server = nova.init_server(model)
+    server = nova.init_server(model, 1)
     with pytest.raises(ConfigError, match=r"fednova normalises SGD updates; got train.optimizer=Adam"):
         run_client(Recipe(nova), model, {"fednova": nova.downlink(server, 0)}, optimizer="adam")

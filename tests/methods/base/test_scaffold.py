@@ -23,7 +23,7 @@ def t(a):
 def client_round(scaffold: SCAFFOLD, **cfg):
     """One client round on the tiny model with server variate ``c`` and client variate ``c_i``."""
     model = Linear2()
-    server = scaffold.init_server(model)
+    server = scaffold.init_server(model, 1)
     server["control"] = {"head.weight": t(C_W), "head.bias": t(C_B)}
     state = {"scaffold": {"control": {"head.weight": t(CI_W), "head.bias": t(CI_B)}}}
     return run_client(Recipe(scaffold), model, {"scaffold": scaffold.downlink(server, 0)}, state, **cfg)
@@ -44,7 +44,7 @@ def heavy_ball(steps: int, rho: float):
 def test_client_steps_with_corrected_gradients_and_updates_its_variate():
     result = client_round(SCAFFOLD(), steps=2)
     w, b = heavy_ball(2, 0.0)
-    part = result.uplink["scaffold"]
+    part = result.message["scaffold"]
     np.testing.assert_allclose(part["head.weight"].numpy(), w, rtol=1e-5)
     np.testing.assert_allclose(part["head.bias"].numpy(), b, rtol=1e-5)
     ci_new_w = CI_W - C_W + (W0 - w) / (2 * LR)  # line 12, option II, K = 2
@@ -55,7 +55,7 @@ def test_client_steps_with_corrected_gradients_and_updates_its_variate():
 def test_with_momentum_the_variate_divides_by_the_heavy_ball_step_count():
     result = client_round(SCAFFOLD(), steps=3, momentum=0.5)
     w, b = heavy_ball(3, 0.5)
-    np.testing.assert_allclose(result.uplink["scaffold"]["head.weight"].numpy(), w, rtol=1e-5)
+    np.testing.assert_allclose(result.message["scaffold"]["head.weight"].numpy(), w, rtol=1e-5)
     a = 1 + 1.5 + 1.75  # sum_k (1 - rho^k) / (1 - rho) for K = 3, rho = 0.5
     ci_new_b = CI_B - C_B + (B0 - b) / (a * LR)
     np.testing.assert_allclose(result.state["scaffold"]["control"]["head.bias"].numpy(), ci_new_b, rtol=1e-4, atol=1e-6)
@@ -76,15 +76,14 @@ def test_momentum_aware_must_be_a_bool():
 def test_option_two_needs_sgd():
     scaffold = SCAFFOLD()
     model = Linear2()
-    down = {"scaffold": scaffold.downlink(scaffold.init_server(model), 0)}
+    down = {"scaffold": scaffold.downlink(scaffold.init_server(model, 1), 0)}
     with pytest.raises(ConfigError, match="train.optimizer=Adam, set train.optimizer=sgd"):
         run_client(Recipe(scaffold), model, down, steps=1, optimizer="adam")
 
 
 def test_server_step_and_variate_average_over_all_clients():
     scaffold = SCAFFOLD(server_lr=0.5, weighting="uniform")
-    scaffold.setup_server(4)  # N = 4 clients, 2 sampled
-    server = scaffold.init_server(Linear2())
+    server = scaffold.init_server(Linear2(), 4)  # N = 4 clients, 2 sampled
     server["control"]["head.bias"] = t([1.0, -1.0])
     ups = [Uplink(0, 5, {"head.weight": t(W0 + 1.0), "head.bias": t([0.0, 0.0]),
                          "dc/head.weight": t(np.ones((2, 2))), "dc/head.bias": t([2.0, 0.0])}),

@@ -11,7 +11,8 @@ from torch import nn
 from fedaug.config.schema import TrainConfig
 from fedaug.data.base import Split
 from fedaug.engine.local import train_client
-from fedaug.methods.component import ClientCtx
+from fedaug.methods.base.fedavg import FedAvg
+from fedaug.methods.component import ClientCtx, Component
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
 from fedaug.models.split import StagedModel
@@ -63,7 +64,7 @@ def train_cfg(steps: int, **kw) -> TrainConfig:
 
 def run_client(recipe: Recipe, model: nn.Module, downlink: dict, state: dict | None = None, steps: int = 1,
                data: Split | None = None, client_id: int = 0, round: int = 1, num_classes: int = 2, **cfg):
-    """One client round through the engine's own loop."""
+    """One client round through the engine's own loop; returns its :class:`~fedaug.engine.fleet.Reply`."""
     data = data if data is not None else split()
     ctx = ClientCtx(model, client_id, round, 0, data, lr=LR, task=make_task("classification", num_classes))
     return train_client(recipe, ctx, downlink, state or {}, train_cfg(steps, **cfg))
@@ -73,11 +74,20 @@ def weights_of(model: nn.Module) -> tuple[np.ndarray, np.ndarray]:
     return model.head.weight.detach().double().numpy(), model.head.bias.detach().double().numpy()
 
 
-def server_round(component, model: nn.Module, state: dict | None = None, **kw):
-    """init_server + downlink + one client round; returns (server, downlink, result)."""
-    server = component.init_server(model)
-    down = {component.name: component.downlink(server, 0)}
-    return server, down, run_client(Recipe(component), model, down, state, **kw)
+def recipe_of(component: Component) -> Recipe:
+    """``component``'s recipe: a server rule alone, anything else after plain FedAvg."""
+    return Recipe(component) if component.role == "server" else Recipe(FedAvg(), [component])
+
+
+def server_round(component: Component, model: nn.Module, state: dict | None = None, num_clients: int = 1, **kw):
+    """setup + init_server + downlink of every component of :func:`recipe_of` + one client round;
+    returns (server, downlink, reply), with ``server`` ``{component name: server state}``."""
+    recipe = recipe_of(component)
+    for c in recipe.components:
+        c.setup(model, (X.shape[1],))
+    server = {c.name: c.init_server(model, num_clients) for c in recipe.components}
+    down = {c.name: c.downlink(server[c.name], 0) for c in recipe.components}
+    return server, down, run_client(recipe, model, down, state, **kw)
 
 
 V0 = np.array([[1.0, 0.5], [-0.5, 1.0]])  # feature layer of Deep2, (D=2, 2)

@@ -8,8 +8,9 @@ Each SuperNode is one logical client and names its data in its node config:
 - ``data-dir`` in addition, for a real site: the dataset is read from that local directory
   (its ``root`` option; the dataset must be one of the local-directory datasets, docs/data.md).
 
-Message types: ``query.describe`` (who am I, how much data), ``train``, ``query.after_aggregate``
-(the post-aggregation query) and ``evaluate``. Per-client state lives in ``context.state``
+Message types: ``query.describe`` (who am I, how much data) and one per phase of a round
+(:data:`PHASE_TYPES`: ``train``, ``query.after_aggregate``, ``evaluate``), each carrying the phase's
+parts and answered by the worker (:meth:`~fedaug.engine.worker.Worker.run`). Per-client state lives in ``context.state``
 (:mod:`fedaug.engine.flower.codec`): nothing needs to survive in Python between messages, as in a
 deployment, where each message runs in a fresh process.
 """
@@ -38,14 +39,16 @@ from fedaug.data.registry import DATASETS, load_dataset
 from fedaug.engine.flower.codec import drop_tree, get_parts, get_tree, has_tree, put_parts, put_tree
 from fedaug.engine.flower.settings import FlowerSettings
 from fedaug.engine.worker import Worker, build_worker_model
-from fedaug.methods.component import State
+from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.metrics.tasks import make_task
 
 PARTITION_ID, NUM_PARTITIONS, DATA_DIR = "partition-id", "num-partitions", "data-dir"
 #: the ConfigRecord both sides put in every message: client id, round, learning rate
 HEADER = "fedaug"
-STATE, SERVER, METERS, METRICS = "fedaug.state", "server", "meters", "metrics"
+STATE, METRICS = "fedaug.state", "metrics"
+#: the Flower message type of each phase
+PHASE_TYPES: dict[Phase, str] = {"train": "train", "query": "query.after_aggregate", "evaluate": "evaluate"}
 
 
 @dataclass(frozen=True)
@@ -108,12 +111,12 @@ def _load(name: str, seed: int, options_json: str) -> FederatedData:
 
 
 @functools.lru_cache(maxsize=2)
-def _worker(config_toml: str, in_channels: int, num_classes: int, task: str) -> Worker:
+def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> Worker:
     cfg = parse_config(tomllib.loads(config_toml))
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     torch.set_num_threads(cfg.threads)
     retain_freed_memory()
-    model = build_worker_model(cfg, recipe, in_channels, num_classes)
+    model = build_worker_model(cfg, recipe, input_shape, num_classes)
     return Worker(cfg, recipe, model, make_task(task, num_classes))
 
 
@@ -141,7 +144,7 @@ def open_site(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
         raise ConfigError(f"SuperNode node config {NUM_PARTITIONS}={num_partitions}, but dataset '{cfg.data.name}' "
                           f"with these options has {data.num_clients} clients; start {data.num_clients} SuperNodes "
                           f"with {NUM_PARTITIONS}={data.num_clients}, or change the dataset's options")
-    worker = _worker(dump_toml(cfg.to_dict()), data.input_shape[0], data.num_classes, data.task)
+    worker = _worker(dump_toml(cfg.to_dict()), tuple(data.input_shape), data.num_classes, data.task)
     return Site(cfg, client_id, data, worker)
 
 
@@ -188,43 +191,32 @@ def make_client_app(defaults: Mapping[str, Any] | None = None) -> ClientApp:
                 "info": json.dumps(site.data.info, sort_keys=True, default=str)}
         return reply(msg, site, describe=ConfigRecord(info))
 
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
+    def run_phase(phase: Phase, msg: Message, context: Context) -> Message:
         site = site_of(context)
         header = msg.content.config_records[HEADER]
         site.check_addressee(header)
-        result = site.worker.train(site.client_id, int(header["round"]), float(header["lr"]), site.client.train,
-                                   get_parts(msg.content), load_state(context))
-        save_state(context, result.state)
-        out = reply(msg, site, **{METRICS: MetricRecord(result.metrics),
-                                  "state": ConfigRecord({"has_state": bool(result.state),
-                                                         "bytes": state_nbytes(result.state)})})
-        put_parts(out.content, result.uplink)
+        answer = site.worker.run(phase, site.client_id, int(header["round"]), float(header["lr"]), site.client,
+                                 get_parts(msg.content), load_state(context))
+        records = {}
+        if phase == "train":
+            save_state(context, answer.state)
+            records = {METRICS: MetricRecord(answer.metrics),
+                       "state": ConfigRecord({"has_state": bool(answer.state), "bytes": state_nbytes(answer.state)})}
+        out = reply(msg, site, **records)
+        put_parts(out.content, answer.message)
         return out
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        return run_phase("train", msg, context)
 
     @app.query("after_aggregate")
     def after_aggregate(msg: Message, context: Context) -> Message:
-        site = site_of(context)
-        header = msg.content.config_records[HEADER]
-        site.check_addressee(header)
-        base_name = site.worker.recipe.base.name
-        parts = get_parts(msg.content)
-        answers = site.worker.query(site.client_id, int(header["round"]), site.client.train,
-                                    parts.get(base_name), load_state(context))
-        out = reply(msg, site)
-        put_parts(out.content, answers)
-        return out
+        return run_phase("query", msg, context)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        site = site_of(context)
-        header = msg.content.config_records[HEADER]
-        site.check_addressee(header)
-        meters = site.worker.evaluate(site.client_id, int(header["round"]), site.client,
-                                      get_tree(msg.content, SERVER), load_state(context))
-        out = reply(msg, site)
-        put_tree(out.content, METERS, {split: m.state() for split, m in meters.items()})
-        return out
+        return run_phase("evaluate", msg, context)
 
     return app
 

@@ -23,19 +23,16 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
-from fedaug.core.payload import Part
-from fedaug.engine.fleet import Dropped
-from fedaug.engine.flower.client_app import HEADER, METERS, METRICS, SERVER
-from fedaug.engine.flower.codec import get_parts, get_tree, put_parts, put_tree
+from fedaug.engine.fleet import Dropped, Reply
+from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
+from fedaug.engine.flower.codec import get_parts, put_parts
 from fedaug.engine.flower.settings import FlowerSettings
-from fedaug.engine.local import ClientResult
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import RunDir
 from fedaug.engine.server import Federation, Server
 from fedaug.engine.worker import build_worker_model
-from fedaug.methods.component import State
+from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
-from fedaug.metrics.tasks import Meter, Task, make_task
 
 #: the describe fields every SuperNode must agree on
 SHARED = ("num_partitions", "task", "num_classes", "input_shape")
@@ -110,13 +107,10 @@ class FlowerFleet:
         grid: the ServerApp's Grid.
         nodes: ``{client id: node id}`` from :func:`discover`.
         round_timeout: seconds to wait for one phase's replies (``None``: wait for all).
-        base: the name of the method's base component (its part is re-sent in the query phase).
-        task: the task (to rebuild the clients' evaluation meters).
     """
 
-    def __init__(self, grid: Grid, nodes: Mapping[int, int], round_timeout: float | None, base: str,
-                 task: Task) -> None:
-        self.grid, self.nodes, self.timeout, self.base, self.task = grid, dict(nodes), round_timeout, base, task
+    def __init__(self, grid: Grid, nodes: Mapping[int, int], round_timeout: float | None) -> None:
+        self.grid, self.nodes, self.timeout = grid, dict(nodes), round_timeout
         self._state_bytes: dict[int, int] = {}
 
     def _exchange(self, message_type: str, r: int, contents: Iterable[tuple[int, RecordDict]],
@@ -137,49 +131,26 @@ class FlowerFleet:
             else:
                 yield cid, rep
 
-    def train(self, r: int, lr: float, client_ids: Sequence[int],
-              downlink: Callable[[int], Parts]) -> Iterator[tuple[int, ClientResult | Dropped]]:
+    def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
+            message: Callable[[int], Parts]) -> Iterator[tuple[int, Reply | Dropped]]:
         contents = []
         for cid in client_ids:
             content = RecordDict()
-            put_parts(content, downlink(cid))
+            put_parts(content, message(cid))
             contents.append((cid, content))
-        for cid, rep in self._exchange("train", r, contents, lr=lr):
+        for cid, rep in self._exchange(PHASE_TYPES[phase], r, contents, lr=lr):
             if isinstance(rep, Dropped):
                 yield cid, rep
                 continue
-            state = rep.content.config_records["state"]
-            if state["has_state"]:
-                self._state_bytes[cid] = int(state["bytes"])
-            else:
-                self._state_bytes.pop(cid, None)
-            yield cid, ClientResult(get_parts(rep.content), {}, dict(rep.content.metric_records[METRICS]))
-
-    def query(self, r: int, client_ids: Sequence[int],
-              downlink: Callable[[int], Part]) -> Iterator[tuple[int, Mapping[str, object] | Dropped]]:
-        contents = []
-        for cid in client_ids:
-            content = RecordDict()
-            put_parts(content, {self.base: downlink(cid)})
-            contents.append((cid, content))
-        for cid, rep in self._exchange("query.after_aggregate", r, contents):
-            yield cid, rep if isinstance(rep, Dropped) else get_parts(rep.content)
-
-    def evaluate(self, r: int, server: Mapping[str, State]) -> Iterator[tuple[int, Mapping[str, Meter] | Dropped]]:
-        contents = []
-        for cid in sorted(self.nodes):
-            content = RecordDict()
-            put_tree(content, SERVER, server)
-            contents.append((cid, content))
-        for cid, rep in self._exchange("evaluate", r, contents):
-            if isinstance(rep, Dropped):
-                yield cid, rep
-                continue
-            meters = {}
-            for split, st in get_tree(rep.content, METERS).items():
-                meters[split] = self.task.meter()
-                meters[split].load_state(st)
-            yield cid, meters
+            metrics = {}
+            if phase == "train":
+                state = rep.content.config_records["state"]
+                if state["has_state"]:
+                    self._state_bytes[cid] = int(state["bytes"])
+                else:
+                    self._state_bytes.pop(cid, None)
+                metrics = dict(rep.content.metric_records[METRICS])
+            yield cid, Reply(get_parts(rep.content), metrics)
 
     def state_bytes(self) -> dict[int, int]:
         return dict(self._state_bytes)
@@ -202,9 +173,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     torch.set_num_threads(cfg.threads)
     federation, nodes = discover(grid, settings.connect_timeout)
-    model = build_worker_model(cfg, recipe, federation.input_shape[0], federation.num_classes)
-    task = make_task(federation.task, federation.num_classes)
-    fleet = FlowerFleet(grid, nodes, settings.round_timeout, recipe.base.name, task)
+    model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
+    fleet = FlowerFleet(grid, nodes, settings.round_timeout)
     server = Server(cfg, recipe, model, federation, fleet)
     run_dir = RunDir.start(cfg, settings.out_dir or None)
     if not quiet:

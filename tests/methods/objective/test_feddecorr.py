@@ -1,4 +1,4 @@
-"""FedDecorr: the decorrelation loss equals numpy's correlation matrix norm; it is an add-on."""
+"""FedDecorr: the decorrelation loss equals numpy's correlation matrix norm; it is a local objective."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def test_term_in_a_local_step_on_the_head_input():
     model = Deep2()
     decorr = FedDecorr(beta=beta)
     fedavg = FedAvg()
-    decorr.setup(model)
-    down = {"fedavg": fedavg.downlink(fedavg.init_server(model), 0)}
+    decorr.setup(model, (2,))
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model, 1), 0)}
     result = run_client(Recipe(fedavg, [decorr]), model, down)
     z = X @ V0.T + C0
     expected = beta * (np.corrcoef(z, rowvar=False) ** 2).sum() / 4
     assert result.metrics["feddecorr/decorr"] == pytest.approx(expected, rel=1e-4)
-    assert FedDecorr.role == "augmentation"
+    assert FedDecorr.role == "objective"

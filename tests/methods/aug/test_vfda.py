@@ -44,11 +44,12 @@ def test_server_sends_per_channel_global_variances():
     vfda = VFDA(at=["block1"])
     ups = [Uplink(m, 5, {"block1.running_mean": torch.tensor(MEANS[m], dtype=torch.float32),
                          "block1.running_std": torch.tensor(STDS[m], dtype=torch.float32)}) for m in range(2)]
-    part = vfda.downlink(vfda.aggregate(vfda.init_server(net()), ups), 0)
+    part = vfda.downlink(vfda.aggregate(vfda.init_server(net(), 2), ups), 0)
     np.testing.assert_allclose(part["block1.var_mu"].numpy(), MEANS.var(axis=0), rtol=1e-5)  # Eq. 5
     np.testing.assert_allclose(part["block1.var_sigma"].numpy(), STDS.var(axis=0), rtol=1e-5)
     model = net()
-    vfda.round_start(ctx(model, 4), part, {})
+    vfda.setup(model, (1, 8, 8))
+    vfda.receive(ctx(model, 4), part, {})
     layer = vfda.layers["block1"]
     assert layer.variance == "product" and layer.noise_scale == "variance"
     np.testing.assert_allclose(layer.shared_mu.numpy(), MEANS.var(axis=0), rtol=1e-5)  # no t-modulation
@@ -58,9 +59,10 @@ def test_server_sends_per_channel_global_variances():
 def test_running_stats_start_from_the_first_batch_and_carry_over():
     vfda = VFDA(at=["block1"], p=1.0)
     model = net()
-    server = vfda.init_server(model)
+    vfda.setup(model, (1, 8, 8))
+    server = vfda.init_server(model, 3)
     c1 = ctx(model, 1)
-    vfda.round_start(c1, vfda.downlink(server, 0), {})
+    vfda.receive(c1, vfda.downlink(server, 0), {})
     layer = vfda.layers["block1"]
     assert torch.equal(layer.shared_mu, torch.ones(3))  # round 1: global variance 1 (local only)
     model.train()
@@ -69,9 +71,9 @@ def test_running_stats_start_from_the_first_batch_and_carry_over():
     model(c1.data.x)
     hook.remove()
     torch.testing.assert_close(layer.running_mean, feats["x"].mean(dim=(2, 3)).mean(0))  # copied, eta = 1 ignored
-    up, state = vfda.round_end(c1)
+    up, state = vfda.reply(c1)
     torch.testing.assert_close(state["block1.running_mean"], up["block1.running_mean"])
-    vfda.round_start(ctx(model, 2), vfda.downlink(server, 0), state)
+    vfda.receive(ctx(model, 2), vfda.downlink(server, 0), state)
     torch.testing.assert_close(layer.running_mean, state["block1.running_mean"])
 
 
@@ -93,15 +95,15 @@ def test_unet3d_encoder_round_is_finite(options):
     model = build_model("unet3d", in_channels=1, num_classes=3, features=(2, 4, 8))
     x = torch.randn(4, 1, 8, 8, 8, generator=torch.Generator().manual_seed(0))
     c = ClientCtx(model, 0, 1, 0, Split(x, torch.zeros(4, 8, 8, 8, dtype=torch.long)), component="vfda")
-    vfda.setup(model)
-    vfda.round_start(c, vfda.downlink(vfda.init_server(model), 0), {})
+    vfda.setup(model, (1, 8, 8, 8))
+    vfda.receive(c, vfda.downlink(vfda.init_server(model, 3), 0), {})
     assert list(vfda.layers) == list(model.feature_stages)
     model.train()
     out = model(x)
     out.square().mean().backward()
     assert out.shape == (4, 3, 8, 8, 8) and torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
-    up, _ = vfda.round_end(c)
+    up, _ = vfda.reply(c)
     assert all(torch.isfinite(t).all() for t in up.values())
 
 

@@ -44,7 +44,7 @@ def test_registered():
 
 def test_server_sends_gamma_of_per_channel_variances():
     fedfa = FedFA(at=["block1"])
-    server = fedfa.aggregate(fedfa.init_server(model()), uplinks())
+    server = fedfa.aggregate(fedfa.init_server(model(), 3), uplinks())
     part = fedfa.downlink(server, 0)
     assert sorted(part) == ["block1.gamma_mu", "block1.gamma_sigma"]
     np.testing.assert_allclose(part["block1.gamma_mu"].numpy(), np_gamma(MEANS.var(axis=0)), rtol=1e-5)
@@ -55,19 +55,19 @@ def test_server_sends_gamma_of_per_channel_variances():
 
 def test_direct_fusion_sends_raw_variances():
     fedfa = FedFA(at=["block1"], variance="direct")
-    part = fedfa.downlink(fedfa.aggregate(fedfa.init_server(model()), uplinks()), 0)
+    part = fedfa.downlink(fedfa.aggregate(fedfa.init_server(model(), 3), uplinks()), 0)
     np.testing.assert_allclose(part["block1.var_mu"].numpy(), MEANS.var(axis=0), rtol=1e-5)
 
 
 def test_official_compat_gives_gamma_one_in_every_channel():
     fedfa = FedFA(at=["block1"], official_compat=True)
-    part = fedfa.downlink(fedfa.aggregate(fedfa.init_server(model()), uplinks()), 0)
+    part = fedfa.downlink(fedfa.aggregate(fedfa.init_server(model(), 3), uplinks()), 0)
     scalar = MEANS.var(ddof=1)  # one variance over all M x C entries
     np.testing.assert_allclose(part["block1.var_mu"].numpy(), np.full(3, scalar), rtol=1e-5)
     np.testing.assert_allclose(part["block1.running_mean"].numpy(), MEANS.mean(axis=0), rtol=1e-5)  # uniform
     net = model()
-    fedfa.setup(net)
-    fedfa.round_start(ctx(net, 2), part, {})
+    fedfa.setup(net, (1, 8, 8))
+    fedfa.receive(ctx(net, 2), part, {})
     layer = fedfa.layers["block1"]
     np.testing.assert_allclose(layer.shared_mu.numpy(), np.ones(3), rtol=1e-6)
     np.testing.assert_allclose(layer.shared_sigma.numpy(), np.ones(3), rtol=1e-6)
@@ -82,16 +82,16 @@ def ctx(net, r: int, cid: int = 0) -> ClientCtx:
 def test_running_stats_reset_per_round_or_carried(compat):
     fedfa = FedFA(at=["block1"], official_compat=compat, p=1.0)
     net = model()
-    fedfa.setup(net)
-    server = fedfa.aggregate(fedfa.init_server(net), uplinks())
-    fedfa.round_start(ctx(net, 2), fedfa.downlink(server, 0), {})
+    fedfa.setup(net, (1, 8, 8))
+    server = fedfa.aggregate(fedfa.init_server(net, 3), uplinks())
+    fedfa.receive(ctx(net, 2), fedfa.downlink(server, 0), {})
     layer = fedfa.layers["block1"]
     want_mean, want_std = (MEANS.mean(axis=0), STDS.mean(axis=0)) if compat else (np.zeros(3), np.ones(3))
     np.testing.assert_allclose(layer.running_mean.numpy(), want_mean, rtol=1e-6)
     np.testing.assert_allclose(layer.running_std.numpy(), want_std, rtol=1e-6)
     net.train()
     net(ctx(net, 2).data.x)
-    up, state = fedfa.round_end(ctx(net, 2))
+    up, state = fedfa.reply(ctx(net, 2))
     assert not torch.allclose(up["block1.running_mean"], torch.tensor(want_mean, dtype=torch.float32))
     assert state == {}
 
@@ -99,24 +99,27 @@ def test_running_stats_reset_per_round_or_carried(compat):
 def test_round_one_has_no_statistics_and_gamma_is_one():
     fedfa = FedFA(at=["block1"])
     net = model()
-    server = fedfa.init_server(net)
+    fedfa.setup(net, (1, 8, 8))
+    server = fedfa.init_server(net, 3)
     assert all(t.numel() == 0 for t in fedfa.downlink(server, 0).values())
-    fedfa.round_start(ctx(net, 1), fedfa.downlink(server, 0), {})
+    fedfa.receive(ctx(net, 1), fedfa.downlink(server, 0), {})
     assert torch.equal(fedfa.layers["block1"].shared_mu, torch.ones(3))
 
 
 def test_a_downlink_of_the_wrong_size_fails_loudly():
     fedfa = FedFA(at=["block1"])
+    net = model()
+    fedfa.setup(net, (1, 8, 8))
     with pytest.raises(PayloadError, match=r"block1.*expected 3 values"):
-        fedfa.round_start(ctx(model(), 2), {"block1.gamma_mu": torch.ones(5), "block1.gamma_sigma": torch.ones(5)}, {})
+        fedfa.receive(ctx(net, 2), {"block1.gamma_mu": torch.ones(5), "block1.gamma_sigma": torch.ones(5)}, {})
 
 
 def test_attached_layers_leave_the_state_dict_unchanged():
     net = model()
     keys = {k: v.clone() for k, v in net.state_dict().items()}
     fedfa = FedFA()
-    fedfa.setup(net)
-    fedfa.round_start(ctx(net, 1), fedfa.downlink(fedfa.init_server(net), 0), {})
+    fedfa.setup(net, (1, 8, 8))
+    fedfa.receive(ctx(net, 1), fedfa.downlink(fedfa.init_server(net, 3), 0), {})
     assert list(net.state_dict()) == list(keys) and len(fedfa.layers) == 4
 
 

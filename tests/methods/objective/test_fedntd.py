@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.objective.fedntd import FedNTD, not_true_distillation
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import LR, X, ce_grads, run_client, softmax, split
@@ -40,8 +41,9 @@ def test_term_over_two_steps_against_the_received_model():
     with torch.no_grad():
         model[0].weight.copy_(torch.tensor(W3))
         model[0].bias.copy_(torch.tensor(B3))
-    down = {"fedntd": ntd.downlink(ntd.init_server(model), 0)}
-    result = run_client(Recipe(ntd), model, down, steps=2, data=split(X, Y3), num_classes=3)
+    fedavg = FedAvg()
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model, 1), 0), "fedntd": {}}
+    result = run_client(Recipe(fedavg, [ntd]), model, down, steps=2, data=split(X, Y3), num_classes=3)
     # step 1: local == global, the term and its gradient are 0; step 2 starts from the CE step
     gw, gb = ce_grads(W3, B3, X, Y3)
     w1, b1 = W3 - LR * gw, B3 - LR * gb

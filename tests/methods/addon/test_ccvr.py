@@ -40,19 +40,19 @@ def test_virtual_features_follow_the_gaussian():
 def test_client_uploads_statistics_of_the_received_model():
     ccvr, fedavg = CCVR(), FedAvg()
     model = Deep2()
-    ccvr.setup(model)
-    down = {"fedavg": fedavg.downlink(fedavg.init_server(model), 0), "ccvr": {}}
+    ccvr.setup(model, (2,))
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model, 1), 0), "ccvr": {}}
     features = model.body(split().x).detach()  # before the local step
     result = run_client(Recipe(fedavg, [ccvr]), model, down)
     mean, cov, count = class_statistics(features, split().y, 2)
-    assert torch.allclose(result.uplink["ccvr"]["mean"], mean) and torch.allclose(result.uplink["ccvr"]["cov"], cov)
-    assert result.uplink["ccvr"]["count"].tolist() == [2.0, 2.0]
+    assert torch.allclose(result.message["ccvr"]["mean"], mean) and torch.allclose(result.message["ccvr"]["cov"], cov)
+    assert result.message["ccvr"]["count"].tolist() == [2.0, 2.0]
 
 
 def test_calibration_fixes_a_biased_head_for_every_client_alike():
     ccvr = CCVR(num_virtual=200, epochs=20, lr=0.1)
     model = Linear2()  # head input = 2-D features
-    server = ccvr.init_server(model)
+    server = ccvr.init_server(model, 2)
     ups = [Uplink(0, 1, {"mean": torch.tensor([[3.0, 0.0], [0.0, 0.0]]), "cov": 0.1 * torch.eye(2).repeat(2, 1, 1),
                          "count": torch.tensor([50.0, 0.0])}),
            Uplink(1, 1, {"mean": torch.tensor([[0.0, 0.0], [-3.0, 0.0]]), "cov": 0.1 * torch.eye(2).repeat(2, 1, 1),
@@ -62,7 +62,7 @@ def test_calibration_fixes_a_biased_head_for_every_client_alike():
     heads = []
     for cid in (0, 1):
         model.load_state_dict(biased)
-        ccvr.eval_start(ClientCtx(model, cid, 3, 0, split(), training=False), server, {})
+        ccvr.receive(ClientCtx(model, cid, 3, 0, split(), phase="evaluate"), ccvr.downlink(server, cid, "evaluate"), {})
         heads.append(model.head.weight.detach().clone())
         logits = model(torch.tensor([[3.0, 0.0], [-3.0, 0.0]]))
         assert logits.argmax(1).tolist() == [0, 1]
@@ -81,11 +81,11 @@ def test_statistics_are_of_the_inputs_as_evaluation_transforms_them(ccvr_first):
     m, s = np.array([0.5, -1.0]), np.array([2.0, 0.5])
     ccvr, fedavg, norm = CCVR(), FedAvg(), Normalize(mean=m.tolist(), std=s.tolist())
     model = Deep2()
-    ccvr.setup(model)
-    down = {"fedavg": fedavg.downlink(fedavg.init_server(model), 0), "ccvr": {}, "norm": {}}
+    ccvr.setup(model, (2,))
+    down = {"fedavg": fedavg.downlink(fedavg.init_server(model, 1), 0), "ccvr": {}, "norm": {}}
     x = X if ccvr_first else (X - m) / s
     features = model.body(torch.tensor(x, dtype=torch.float32)).detach()
     result = run_client(Recipe(fedavg, [ccvr, norm] if ccvr_first else [norm, ccvr]), model, down)
     mean, cov, _ = class_statistics(features, split().y, 2)
-    assert torch.allclose(result.uplink["ccvr"]["mean"], mean, atol=1e-6)
-    assert torch.allclose(result.uplink["ccvr"]["cov"], cov, atol=1e-5)
+    assert torch.allclose(result.message["ccvr"]["mean"], mean, atol=1e-6)
+    assert torch.allclose(result.message["ccvr"]["cov"], cov, atol=1e-5)

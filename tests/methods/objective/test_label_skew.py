@@ -23,7 +23,7 @@ def test_fedlc_one_step():
     _, _, result = server_round(FedLC(tau=tau), Linear2(), data=split(X, y))
     shift = tau * np.array([1.0, 3.0]) ** -0.25
     gw, gb = ce_grads(W0, B0, X, y, logit_map=lambda z: z - shift)
-    part = result.uplink["fedlc"]
+    part = result.message["fedavg"]
     np.testing.assert_allclose(part["head.weight"].numpy(), W0 - LR * gw, rtol=1e-5)
     np.testing.assert_allclose(part["head.bias"].numpy(), B0 - LR * gb, rtol=1e-5)
 
@@ -31,7 +31,7 @@ def test_fedlc_one_step():
 def test_fedlc_class_absent_from_client_leaves_the_softmax():
     _, _, result = server_round(FedLC(), Linear2(), data=split(X, np.array([1, 1, 1, 1])))
     assert result.metrics["task"] == pytest.approx(0.0)  # one class left: nothing to learn
-    np.testing.assert_allclose(result.uplink["fedlc"]["head.weight"].numpy(), W0, rtol=1e-6)
+    np.testing.assert_allclose(result.message["fedavg"]["head.weight"].numpy(), W0, rtol=1e-6)
 
 
 def test_fedrs_one_step():
@@ -39,8 +39,8 @@ def test_fedrs_one_step():
     _, _, result = server_round(FedRS(alpha=alpha), Linear2(), data=split(X, y))
     m = np.array([1.0, alpha])
     gw, gb = ce_grads(W0, B0, X, y, logit_map=lambda z: z * m, dlogit=lambda z, g: g * m)
-    np.testing.assert_allclose(result.uplink["fedrs"]["head.weight"].numpy(), W0 - LR * gw, rtol=1e-5)
-    np.testing.assert_allclose(result.uplink["fedrs"]["head.bias"].numpy(), B0 - LR * gb, rtol=1e-5)
+    np.testing.assert_allclose(result.message["fedavg"]["head.weight"].numpy(), W0 - LR * gw, rtol=1e-5)
+    np.testing.assert_allclose(result.message["fedavg"]["head.bias"].numpy(), B0 - LR * gb, rtol=1e-5)
 
 
 def test_identity_settings_warn():

@@ -1,4 +1,4 @@
-"""The engine's post-aggregation query (Component.after_aggregate): order, model, accounting, rejection."""
+"""The engine's post-aggregation query (the "query" phase): order, model, accounting, rejection."""
 
 from __future__ import annotations
 
@@ -18,28 +18,30 @@ class Asker(Component):
     """Records hooks; after aggregation uploads the sum of the model's weights it holds."""
 
     name = "asker"
+    phases = ("train", "query")
 
     def __init__(self, bad_client: int | None = None) -> None:
         self.calls: list[str] = []
         self.seen: dict[int, float] = {}
         self.bad_client = bad_client
 
-    def round_start(self, ctx, part, state): self.calls.append("round_start")
-    def round_end(self, ctx): self.calls.append("round_end"); return {}, {}
-    def aggregate(self, server, uplinks): self.calls.append("aggregate"); return server
+    def receive(self, ctx, part, state): self.calls.append(f"receive:{ctx.phase}")
 
-    def after_aggregate(self, ctx, state):
-        self.calls.append(f"after_aggregate:{ctx.client_id}:{ctx.model.training}:{torch.is_grad_enabled()}")
+    def reply(self, ctx):
+        if ctx.training:
+            self.calls.append("reply:train")
+            return {}, {}
+        self.calls.append(f"reply:query:{ctx.client_id}:{ctx.model.training}:{torch.is_grad_enabled()}")
         total = sum(float(p.sum()) for p in ctx.model.parameters())
         value = float("nan") if ctx.client_id == self.bad_client else total
-        return {"w": torch.tensor([value])}
+        return {"w": torch.tensor([value])}, {}
 
-    def after_aggregate_spec(self, server):
-        return {"w": TensorSpec((1,), torch.float32)}
+    def uplink_spec(self, server, phase="train"):
+        return {"w": TensorSpec((1,), torch.float32)} if phase == "query" else {}
 
-    def after_aggregate_update(self, server, uplinks):
-        self.calls.append("after_aggregate_update")
-        return {"w": {u.client_id: float(u.part["w"]) for u in uplinks}}
+    def aggregate(self, server, uplinks, phase="train"):
+        self.calls.append(f"aggregate:{phase}")
+        return {"w": {u.client_id: float(u.part["w"]) for u in uplinks}} if phase == "query" else server
 
 
 def simulation(asker, participation=1.0):
@@ -52,8 +54,9 @@ def test_query_runs_after_aggregation_on_each_client_with_the_new_global_model()
     asker = Asker()
     sim = simulation(asker)
     rec = sim.run_round(1)
-    assert asker.calls == (["round_start", "round_end"] * 3 + ["aggregate"]
-                           + [f"after_aggregate:{c}:False:False" for c in (0, 1, 2)] + ["after_aggregate_update"])
+    assert asker.calls == (["receive:train", "reply:train"] * 3 + ["aggregate:train"]
+                           + [x for c in (0, 1, 2) for x in ("receive:query", f"reply:query:{c}:False:False")]
+                           + ["aggregate:query"])
     new_global = sum(float(v.sum()) for k, v in sim.server["fedavg"]["weights"].items()
                      if k in dict(sim.model.named_parameters()))
     for value in sim.server["asker"]["w"].values():

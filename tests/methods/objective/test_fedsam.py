@@ -15,7 +15,7 @@ def test_one_sam_step():
     gw, gb = ce_grads(W0, B0)
     norm = np.sqrt((gw**2).sum() + (gb**2).sum())
     gw2, gb2 = ce_grads(W0 + rho * gw / norm, B0 + rho * gb / norm)  # gradient at w + eps
-    part = result.uplink["fedsam"]
+    part = result.message["fedavg"]
     np.testing.assert_allclose(part["head.weight"].numpy(), W0 - LR * gw2, rtol=1e-5)
     np.testing.assert_allclose(part["head.bias"].numpy(), B0 - LR * gb2, rtol=1e-5)
     assert not np.allclose(part["head.weight"].numpy(), W0 - LR * gw)

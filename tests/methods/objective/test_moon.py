@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.objective.moon import MOON, model_contrastive_loss
 from fedaug.methods.recipe import Recipe
 from tests.methods.base.tiny import C0, V0, X, Deep2, run_client
@@ -31,23 +32,26 @@ def test_term_in_a_local_step_uses_global_and_previous_models():
     mu, tau = 2.0, 0.5
     moon = MOON(mu=mu, tau=tau)
     model = Deep2()
-    moon.setup(model)
-    server = moon.init_server(model)
+    fedavg = FedAvg()
+    moon.setup(model, (2,))
+    server = fedavg.init_server(model, 1)
     previous = {k: v.clone() for k, v in model.state_dict().items()}
     v_prev = np.array([[0.0, 1.0], [1.0, 0.0]])
     previous["body.weight"] = torch.tensor(v_prev, dtype=torch.float32)
-    result = run_client(Recipe(moon), model, {"moon": moon.downlink(server, 0)},
+    result = run_client(Recipe(fedavg, [moon]), model, {"fedavg": fedavg.downlink(server, 0), "moon": {}},
                         {"moon": {"previous": previous}}, steps=1)
     z = X @ V0.T + C0  # local == global at the first step
     zp = X @ v_prev.T + C0
     assert result.metrics["moon/con"] == pytest.approx(mu * np_moon(z, z, zp, tau), rel=1e-5)
     new_prev = result.state["moon"]["previous"]
-    assert torch.equal(new_prev["head.weight"], result.uplink["moon"]["head.weight"])
+    assert torch.equal(new_prev["head.weight"], result.message["fedavg"]["head.weight"])
 
 
 def test_first_round_has_no_term():
     moon = MOON()
     model = Deep2()
-    moon.setup(model)
-    result = run_client(Recipe(moon), model, {"moon": moon.downlink(moon.init_server(model), 0)})
+    fedavg = FedAvg()
+    moon.setup(model, (2,))
+    result = run_client(Recipe(fedavg, [moon]), model,
+                        {"fedavg": fedavg.downlink(fedavg.init_server(model, 1), 0), "moon": {}})
     assert "moon/con" not in result.metrics and "previous" in result.state["moon"]
