@@ -220,7 +220,14 @@ class Server:
             raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
         if payload["config"] != self.cfg.to_dict():
             raise CheckpointError("the checkpoint was written by a different config; resume with the run's own config.toml")
-        self.round, self.server = payload["round"], payload["server"]
+        saved = payload["server"]
+        layout = {n: sorted(st) for n, st in self.server.items()}
+        if {n: sorted(st) for n, st in saved.items()} != layout:
+            raise CheckpointError(
+                f"the checkpoint's server state {({n: sorted(st) for n, st in saved.items()})} does not match this "
+                f"fedaug's method {layout}: it was written by an older fedaug (before server rules and objectives "
+                "became two axes); rerun the experiment, which gives the same numbers")
+        self.round, self.server = payload["round"], saved
         self.fleet.restore(payload["clients"])
         self.best, self.last_eval = payload["best"], payload["last_eval"]
         self.comm_total = payload["comm_total"]
