@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from fedaug import load_config
+from fedaug.analysis import context_attack, feature_dcor, global_model, pooled, reconstruction_attack
+from fedaug.analysis.figures import save_curves, save_reconstructions
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.fedmix import batch_means
 from fedaug.models.split import forward_front
-from fedaug.privacy import context_attack, feature_exposure, flea_schedule, reconstruction_attack
-from fedaug.privacy.figures import save_curves, save_reconstructions
-from fedaug.privacy.probe import feature_dcor, global_model, pooled
+from fedaug.privacy import feature_exposure, flea_schedule
 
 
 def train_privacy_model(out: Path, label: str, lam2: float, rounds: int, seed: int, threads: int) -> tuple[Any, dict]:

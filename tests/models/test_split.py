@@ -1,4 +1,4 @@
-"""The staged-model base and the split API (forward_front / forward_back / split_model)."""
+"""The staged-model base and the split API (forward_front / forward_back / split_model / extract_features)."""
 
 import pytest
 import torch
@@ -7,6 +7,7 @@ from torch import nn
 from fedaug.core.errors import ConfigError
 from fedaug.layers.attach import attach
 from fedaug.models import StagedModel, build_model, forward_back, forward_front, split_model, split_stages
+from fedaug.models.split import extract_features
 from fedaug.models.small_cnn import SmallCNN
 
 
@@ -61,3 +62,26 @@ def test_unknown_stage_suggests_the_closest():
 def test_a_model_without_stages_cannot_be_split():
     with pytest.raises(ConfigError, match=r"Sequential does not declare stages.*StagedModel"):
         split_stages(nn.Sequential(nn.Linear(2, 2)))
+
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 256])  # 5 samples: one per chunk, a ragged last chunk, one chunk
+def test_extract_features_in_chunks_equals_one_forward_front(chunk):
+    model = SmallCNN(1, 10).eval()
+    x = torch.randn(5, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(extract_features(model, x, "block2", chunk=chunk), forward_front(model, x, "block2"))
+
+
+def test_extract_features_keeps_the_unet_skips_and_answers_an_empty_batch():
+    model = build_model("unet2d", in_channels=1, num_classes=2).eval()
+    x = torch.randn(3, 1, 16, 16)
+    with torch.no_grad():
+        h, skips = extract_features(model, x, "pool2", chunk=2)
+        h_ref, skips_ref = forward_front(model, x, "pool2")
+        empty = extract_features(model, x[:0], "pool2")
+    torch.testing.assert_close(h, h_ref)
+    assert len(skips) == len(skips_ref) == 2
+    for s, r in zip(skips, skips_ref):
+        torch.testing.assert_close(s, r)
+    assert empty[0].shape[0] == 0

@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fedaug import __version__
 from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
 from fedaug.cli import compare_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
 from fedaug.core.errors import FedaugError
+from fedaug.core.version import __version__
 
 SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, report_cmd, flower_cmd, list_cmd, data_cmd, privacy_cmd,
                kernel_cmd)

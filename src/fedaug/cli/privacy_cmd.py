@@ -9,16 +9,16 @@ from typing import Any
 
 import torch
 
+from fedaug.analysis.attacks import context_attack, reconstruction_attack
+from fedaug.analysis.figures import save_reconstructions
+from fedaug.analysis.probe import feature_dcor, global_model, pooled
 from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError
 from fedaug.core.serialize import load_tensors
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.models.split import forward_front
-from fedaug.privacy.attacks import context_attack, reconstruction_attack
 from fedaug.privacy.exposure import feature_exposure, flea_schedule
-from fedaug.privacy.figures import save_reconstructions
-from fedaug.privacy.probe import feature_dcor, global_model, pooled
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

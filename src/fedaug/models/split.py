@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, suggest
@@ -140,3 +141,38 @@ def split_model(model: nn.Module, stage: str) -> tuple[Callable[[Tensor], Featur
     """
     _index(_plan(model)[1], model, stage)
     return (lambda x: forward_front(model, x, stage)), (lambda h: forward_back(model, h, stage))
+
+
+def _cat(parts: Sequence[Features]) -> Features:
+    """Concatenate features of consecutive chunks along the batch: tensors, or tuples of them (U-Nets)."""
+    if isinstance(parts[0], Tensor):
+        return torch.cat(parts)
+    return tuple(_cat(column) for column in zip(*parts))
+
+
+def extract_features(model: nn.Module, x: Tensor, stage: str, chunk: int = 256) -> Features:
+    """``theta[:l](x)``: :func:`forward_front` over ``x`` in chunks of ``chunk`` samples, concatenated
+    (FLea, KDD 2024, Sec. 3.2: the features a client shares; the caller sets eval mode and ``no_grad``).
+
+    Args:
+        model: a :class:`StagedModel`, e.g. holding the global weights.
+        x: ``(k, *in_shape)``, k >= 0.
+        stage: the split stage l.
+        chunk: samples per forward pass.
+
+    Returns:
+        The features at ``stage`` of all ``k`` samples: a tensor ``(k, *feature_shape)``, or for
+        U-Nets ``(h, skips)`` with every tensor holding ``k`` rows.
+
+    Raises:
+        ConfigError: ``stage`` is not a stage of ``model``.
+
+    >>> import torch
+    >>> from fedaug.models import build_model
+    >>> m = build_model("small_cnn", in_channels=1, num_classes=10).eval()
+    >>> extract_features(m, torch.randn(5, 1, 28, 28), "block2", chunk=2).shape
+    torch.Size([5, 32, 14, 14])
+    """
+    if x.shape[0] == 0:  # a client too small to share still answers, with no rows
+        return forward_front(model, x, stage)
+    return _cat([forward_front(model, x[i : i + chunk], stage) for i in range(0, x.shape[0], chunk)])

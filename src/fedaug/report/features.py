@@ -9,14 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedaug.analysis.probe import global_model
 from fedaug.config.load import parse_config
 from fedaug.core.errors import CheckpointError, ConfigError, DataError
 from fedaug.engine.records import RunDir
 from fedaug.engine.simulate import build_simulation
-from fedaug.methods.aug.flea_buffer import extract_features
 from fedaug.methods.component import Batch, ClientCtx, transform_inputs
-from fedaug.models.split import split_stages
-from fedaug.privacy.probe import global_model
+from fedaug.models.split import extract_features, split_stages
 from fedaug.report.results import Run
 from fedaug.report.stats import davies_bouldin, pca_2d
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
+from fedaug.analysis.probe import global_model
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
 from fedaug.engine.simulate import build_simulation
@@ -16,7 +17,6 @@ from fedaug.methods.aug.flea import FLea
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, extract_features, merge_buffer,
                                             mix_features, share_indices)
 from fedaug.methods.component import Uplink
-from fedaug.privacy.probe import global_model
 from tests.conftest import tiny_raw
 
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedaug import __version__
+from fedaug.core.version import __version__
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError
 from fedaug.core.serialize import atomic_write_text

@@ -13,12 +13,12 @@ import warnings
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedaug.core.rng import generator
 from fedaug.layers.mixing import mix, sample_beta
 from fedaug.methods.component import State, Uplink
-from fedaug.models.split import forward_front
+from fedaug.models.split import extract_features  # noqa: F401  (moved; flea.py imports it from here)
 
 
 def empty_buffer() -> State:
@@ -36,22 +36,6 @@ def share_indices(num_samples: int, fraction: float, seed: int, client_id: int) 
     """
     k = int(fraction * num_samples)
     return torch.randperm(num_samples, generator=generator(seed, "flea", "share", client_id))[:k]
-
-
-def extract_features(model: nn.Module, x: Tensor, stage: str, chunk: int = 256) -> Tensor:
-    """``theta[:l](x)`` in chunks (the caller sets eval mode and ``no_grad``).
-
-    Args:
-        model: a staged model holding the global weights.
-        x: ``(k, *in_shape)``, k >= 0.
-        stage: the split stage l.
-
-    Returns:
-        ``(k, *feature_shape)`` features at ``stage``.
-    """
-    if x.shape[0] == 0:  # a client too small to share still answers, with no rows
-        return forward_front(model, x, stage)
-    return torch.cat([forward_front(model, x[i : i + chunk], stage) for i in range(0, x.shape[0], chunk)])
 
 
 def merge_buffer(uplinks: Sequence[Uplink], max_rows: int) -> State:

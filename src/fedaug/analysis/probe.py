@@ -11,8 +11,8 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
 from fedaug.data.base import FederatedData
-from fedaug.methods.aug.flea_buffer import extract_features
 from fedaug.methods.component import ClientCtx
+from fedaug.models.split import extract_features
 from fedaug.privacy.dcor import distance_correlation
 
 
