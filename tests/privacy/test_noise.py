@@ -36,10 +36,11 @@ def test_noise_standard_deviation(scale, expected):
     assert t.shape == noise.shape
 
 
-def test_bad_options_are_config_errors():
-    with pytest.raises(ConfigError, match=r"share_noise must be a number >= 0"):
+def test_bad_arguments_are_value_errors():
+    """Components' options are ConfigErrors (below); the helper itself refuses bad arguments."""
+    with pytest.raises(ValueError, match=r"std >= 0 and scale in \('absolute', 'relative'\), got -1.0"):
         add_gaussian_noise(torch.zeros(2), -1.0, torch.Generator())
-    with pytest.raises(ConfigError, match=r"share_noise_scale must be one of absolute, relative"):
+    with pytest.raises(ValueError, match=r"got 1.0, 'rel'"):
         add_gaussian_noise(torch.zeros(2), 1.0, torch.Generator(), scale="rel")
 
 
@@ -53,9 +54,9 @@ def uploads(component: str, **options):
     comp = next(c for c in sim.recipe.components if c.name == component)
     seen, aggregate = {}, comp.aggregate
 
-    def spy(server, ups):
+    def spy(server, ups, phase="train"):
         seen.update({u.client_id: {k: v.clone() for k, v in u.part.items()} for u in ups})
-        return aggregate(server, ups)
+        return aggregate(server, ups, phase)
 
     comp.aggregate = spy
     sim.run_round(1)
