@@ -46,7 +46,9 @@ def engine_rounds(num_clients: int, samples: int, participation: float, rounds: 
     """Per-round (wall, process CPU) seconds of the engine (evaluation excluded: it never runs mid-run)."""
     from fedaug.engine.simulate import build_simulation
 
-    sim = build_simulation(config(num_clients, samples, participation, rounds, steps, channels))
+    cfg = config(num_clients, samples, participation, rounds, steps, channels)
+    torch.set_num_threads(cfg.threads)  # the library leaves threads to the caller (the CLI sets them)
+    sim = build_simulation(cfg)
     times = []
     for r in range(1, rounds + 1):
         t0, c0 = time.perf_counter(), time.process_time()

@@ -5,8 +5,8 @@ Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps
 
 For each model, every configuration is attached at the model's default ``feature_stages`` with the
 same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
-fused variance, with its compiled kernel), ``ffa-pytorch`` (the same layer with the kernel switched
-off: its pure-PyTorch custom autograd function), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
+fused variance, with its compiled kernel: ``kernel="on"``), ``ffa-pytorch`` (the same layer with
+``kernel="off"``, the default: its pure-PyTorch custom autograd function), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
 Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
 ``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from fedaug.config.schema import validate
 from fedaug.core.rng import scoped_global_seed
-from fedaug.core.runtime import retain_freed_memory
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import build_simulation
 from fedaug.layers import FFALayer, attach, kernel, stage_channels
 from fedaug.models import build_model
@@ -56,14 +56,6 @@ class AutogradFFA(nn.Module):
         return sigma_hat * (x - mu) / sigma + mu_hat
 
 
-class PyTorchPathFFA(FFALayer):
-    """:class:`FFALayer` with the compiled kernel switched off."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        with kernel.forced("off"):
-            return super().forward(x)
-
-
 def instance_norm(channels: int, rank: int) -> nn.Module:
     return {1: nn.InstanceNorm1d, 2: nn.InstanceNorm2d, 3: nn.InstanceNorm3d}[rank](channels)
 
@@ -72,8 +64,8 @@ CLOCK = time.perf_counter
 
 MAKERS: dict[str, Callable[[int, int], nn.Module] | None] = {
     "none": None,
-    "ffa": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0)),
-    "ffa-pytorch": lambda c, rank: PyTorchPathFFA(c, p=1.0, generator=torch.Generator().manual_seed(0)),
+    "ffa": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0), kernel="on"),
+    "ffa-pytorch": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0), kernel="off"),
     "ffa-autograd": lambda c, rank: AutogradFFA(c),
     "instancenorm": instance_norm,
 }
@@ -148,8 +140,7 @@ def main() -> None:
     args = parser.parse_args()
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
-    torch.set_num_threads(args.threads)
-    retain_freed_memory()  # as in every fedaug run (fedaug.core.runtime)
+    configure_process(args.threads)  # as the fedaug command line does
     print(f"torch {torch.__version__}, {args.threads} threads, {args.repeats} interleaved repeats x "
           f"{args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
     kernel.restyle_op()  # build or load outside the timed steps

@@ -13,6 +13,7 @@ import statistics
 
 from fedaug import load_config
 from fedaug.config.schema import validate
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import build_simulation
 
 
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=6000)
     args = parser.parse_args()
+    configure_process(1)  # the runs' threads = 1, as the command line would set them
     rows = {"FedAvg": measure(False, args.rounds, args.samples), "FLea": measure(True, args.rounds, args.samples)}
     print("| method | s / round | down bytes / round | up bytes / round | buffer rows | buffer bytes |")
     print("|---|---:|---:|---:|---:|---:|")

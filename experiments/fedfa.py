@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from fedaug import load_config
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import resume_experiment, run_experiment
 
 FEDFA = ["method.augs=[fedfa]"]
@@ -143,6 +144,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--table", action="store_true", help="print the table of finished runs and exit")
     args = parser.parse_args()
+    configure_process(args.threads)  # a script is a process entry point
     if args.table:
         print(table(args.grid, args.seeds, args.out))
         return

@@ -23,6 +23,7 @@ import torch
 from fedaug import load_config
 from fedaug.analysis import context_attack, feature_dcor, global_model, pooled, reconstruction_attack
 from fedaug.analysis.figures import save_curves, save_reconstructions
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.fedmix import batch_means
 from fedaug.models.split import forward_front
@@ -104,6 +105,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/flea"))
     p.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    configure_process(args.threads)  # a script is a process entry point
     res = privacy(args.out / "privacy", args.rounds, args.seed, args.threads)
     print(json.dumps({k: v.get("reconstruction_mse") for k, v in res.items() if isinstance(v, dict)}))
 

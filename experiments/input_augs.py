@@ -21,6 +21,7 @@ import statistics
 from pathlib import Path
 
 from fedaug.config.load import load_config
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from fedaug.methods import METHODS
 from fedaug.report.stats import mean_std, paired_ttest
@@ -70,6 +71,7 @@ def run(out: Path, seeds: list[int], labels: list[str], extra: list[str]) -> Non
             cfg, _ = load_config("digits4", [f"seed={seed}", f"name={name}", f"out_dir={out}",
                                              f"method.augs=[{', '.join(augs)}]", *overrides, *extra])
             print(f"run {name}", flush=True)
+            configure_process(cfg.threads)  # a script is a process entry point
             summary, _ = run_experiment(cfg, quiet=True)
             print(f"  final mean test acc {summary['final']['eval']['mean']['test_acc']:.4f}", flush=True)
 

@@ -87,8 +87,9 @@ READINGS: dict[str, str] = {
         "classifier's input; AlexNet's last conv stage, in the paper, still has fully connected layers "
         "after it. The all-stages default {1, 2, 3, 4} is the same method as the FedFA rows of "
         "Tables 1, 5, 6 and 7, but those runs were made before the FFA C++ kernel (docs/fedfa.md) and "
-        "these with it: the kernel agrees with the PyTorch path to float32 rounding (checked: with "
-        "FEDAUG_FFA_KERNEL=off the current code reproduces the earlier runs exactly), and that "
+        "these with it: the kernel agrees with the PyTorch path to float32 rounding (checked: on the "
+        "PyTorch path, now the default `kernel = \"off\"`, the current code reproduces the earlier runs "
+        "exactly), and that "
         "rounding alone moved seed 0 from 70.0 to 68.9 and seed 1 from 65.9 to 61.2 after 30 rounds. "
         "Differences of a few points between single runs are within that chaos."),
     "fedfa_fig2_digits4": (
@@ -159,7 +160,10 @@ INTRO = (
     "last by directory name); their time column is their original training time, under whatever load "
     "the machine had then; the FedFA runs among them were made before the FFA C++ kernel and differ "
     "from fresh runs by float32 rounding, which over 30 rounds moves a run by up to several points "
-    "(Table 8's reading). Regenerate the page with `.venv/bin/python experiments/results_page.py` "
+    "(Table 8's reading). The FFA cells these grids trained used the compiled kernel, which was then "
+    "chosen by the environment; the path is now the config option `kernel` (default \"off\", the "
+    "earlier runs' path), and re-running a kernel cell takes `kernel = \"on\"` in its method's table "
+    "(docs/fedfa.md, \"Which path a run takes\"). Regenerate the page with `.venv/bin/python experiments/results_page.py` "
     "after running the grids."
 )
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from fedaug.config.schema import RunConfig, validate
+from fedaug.layers import kernel
 
 
 def tiny_raw(**train: Any) -> dict[str, Any]:
@@ -27,3 +28,17 @@ def tiny_cfg(tmp_path) -> RunConfig:
     raw = tiny_raw()
     raw["out_dir"] = str(tmp_path / "runs")
     return validate(raw)
+
+
+@pytest.fixture
+def needs_kernel() -> None:
+    """Build or load the FFA layer's compiled kernel; skip the test, saying why, where that fails
+    (no C++ compiler): only ``kernel = "on"`` needs it."""
+    try:
+        kernel.restyle_op()
+    except kernel.KernelBuildError as exc:
+        pytest.skip(f"the compiled FFA kernel cannot be built here, so kernel='on' is untested: {exc}")
+
+
+#: mark for the tests that run the compiled FFA kernel
+requires_kernel = pytest.mark.usefixtures("needs_kernel")

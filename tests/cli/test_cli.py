@@ -95,12 +95,23 @@ def test_missing_config_file_and_non_run_dir(tmp_path, capsys):
     assert "not a fedaug run directory" in capsys.readouterr().err
 
 
-def test_kernel_prints_the_cached_library_and_names_a_bad_mode(capsys, monkeypatch):
+def test_kernel_prints_the_cached_library_and_the_retired_variable_only_warns(tmp_path, capsys, monkeypatch):
     from fedaug.layers import kernel
 
+    try:
+        lib = kernel.build()
+    except kernel.KernelBuildError as exc:
+        pytest.skip(f"the compiled FFA kernel cannot be built here: {exc}")
     assert main(["kernel"]) == 0
-    out = capsys.readouterr().out.strip()
-    assert out == f"{kernel.build()}  (FEDAUG_FFA_KERNEL=auto)"
-    monkeypatch.setenv("FEDAUG_FFA_KERNEL", "maybe")
-    assert main(["kernel"]) == 2
-    assert "FEDAUG_FFA_KERNEL='maybe' is not one of auto, on, off" in capsys.readouterr().err
+    assert capsys.readouterr().out.strip() == str(lib)
+    # FEDAUG_FFA_KERNEL used to choose the FFA path; now the config does, and the CLI says so
+    cfg = write_cfg(tmp_path, rounds=1)
+    runs = {}
+    for env in (None, "on", "off"):
+        if env is not None:
+            monkeypatch.setenv(kernel.RETIRED_ENV, env)
+        assert main(["run", str(cfg), "-q", "--format", "json", "method.augs=[fedfa]"]) == 0
+        captured = capsys.readouterr()
+        runs[env] = json.loads(captured.out)
+        assert ("FEDAUG_FFA_KERNEL is no longer read" in captured.err) == (env is not None)
+    assert runs[None]["final"] == runs["on"]["final"] == runs["off"]["final"]

@@ -114,10 +114,10 @@ def test_errors_exit_2_with_the_message(args, message, tmp_path, capsys, monkeyp
 
 def test_a_failing_cell_exits_2_after_writing_the_table(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["compare", "--method", "A", "data.options.num_clients=0", "--set", *TINY[:1], "--out", str(out), "-q"]
+    args = ["compare", "--method", "A", "train.participation=0.01", "--set", *TINY, "--out", str(out), "-q"]
     assert main(args) == 2
     captured = capsys.readouterr()
-    assert "cell default | A | seed 0 failed: synthetic.num_clients must be >= 1" in captured.err
+    assert "cell default | A | seed 0 failed: train.participation=0.01 samples 0 of 3 clients" in captured.err
     assert "| A | 0 | not run |" in captured.out and (out / "table.md").is_file()
 
 
@@ -132,9 +132,9 @@ def test_list_grids_and_help(capsys):
 
 def test_keep_going_logs_every_cell_of_the_failed_invocation(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["compare", "--method", "A", "data.options.num_clients=0", "--method", "B", "--set", *TINY[:1],
+    args = ["compare", "--method", "A", "train.participation=0.01", "--method", "B", "--set", *TINY,
             "--out", str(out), "-q", "--keep-going"]
     assert main(args) == 2
-    assert "cell default | A | seed 0 failed: synthetic.num_clients must be >= 1" in capsys.readouterr().err
+    assert "cell default | A | seed 0 failed: train.participation=0.01 samples 0 of 3 clients" in capsys.readouterr().err
     (log,) = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
     assert log["failed"] and log["cells"] == {"failed": 1, "ran": 1} and log["command"].endswith("--keep-going")

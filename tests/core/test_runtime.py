@@ -49,3 +49,24 @@ def test_retained_memory_removes_page_faults_per_step():
 
 def test_opt_out_keeps_the_defaults():
     assert faults(True, {"FEDAUG_MALLOC": "default"})["applied"] is False
+
+
+def test_configure_process_sets_the_threads_and_torch_threads_restores_them():
+    import torch
+
+    from fedaug.core.errors import ConfigError
+    from fedaug.core.runtime import configure_process, torch_threads
+
+    before = torch.get_num_threads()
+    try:
+        configure_process(1)
+        assert torch.get_num_threads() == 1
+        configure_process()  # None: the thread count stays
+        assert torch.get_num_threads() == 1
+        with torch_threads(2):
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+        with pytest.raises(ConfigError, match=r"threads must be >= 1, got 0"):
+            configure_process(0)
+    finally:
+        torch.set_num_threads(before)

@@ -53,7 +53,7 @@ def simulation(asker, participation=1.0):
 def test_query_runs_after_aggregation_on_each_client_with_the_new_global_model():
     asker = Asker()
     sim = simulation(asker)
-    rec = sim.run_round(1)
+    sim.run_round(1)
     assert asker.calls == (["receive:train", "reply:train"] * 3 + ["aggregate:train"]
                            + [x for c in (0, 1, 2) for x in ("receive:query", f"reply:query:{c}:False:False")]
                            + ["aggregate:query"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fedaug.config.load import dump_toml
+from fedaug.config.load import dump_toml, read_toml
 from fedaug.config.schema import validate
-from fedaug.core.errors import CheckpointError
+from fedaug.core.errors import CheckpointError, ConfigError
+from fedaug.core.serialize import load_tensors, save_tensors
 from fedaug.engine.records import RunDir
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
@@ -110,3 +112,69 @@ def test_checkpoints_are_pruned_to_keep(tmp_path):
     raw.update(out_dir=str(tmp_path), checkpoint_every=1, keep_checkpoints=2)
     _, run = run_experiment(validate(raw), quiet=True)
     assert [r for r, _ in run.checkpoints()] == [3, 4]
+
+
+def interrupted_fedfa_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A finished 3-round FedFA run and a copy of it as a kill after round 2 leaves it."""
+    raw = tiny_raw(rounds=3)
+    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=1, keep_checkpoints=3)
+    raw["method"] = {"base": "fedavg", "augs": ["fedfa"]}
+    _, full = run_experiment(validate(raw), quiet=True)
+    part = tmp_path / "part" / full.path.name
+    part.parent.mkdir()
+    shutil.copytree(full.path, part)
+    (part / "summary.json").unlink()
+    (part / "checkpoints" / "round_000003.pt").unlink()
+    RunDir(part).truncate_rounds(2)
+    return full.path, part
+
+
+def set_kernel(run: Path, value: str | None) -> None:
+    """Write ``method.options.fedfa.kernel = value`` into the run's config.toml (``None``: remove it)."""
+    raw = read_toml(run / "config.toml")
+    options = raw["method"].setdefault("options", {}).setdefault("fedfa", {})
+    options.pop("kernel", None)
+    if value is not None:
+        options["kernel"] = value
+    (run / "config.toml").write_text(dump_toml(raw))
+
+
+def test_a_run_records_its_kernel_mode_in_config_and_checkpoints(tmp_path):
+    full, part = interrupted_fedfa_run(tmp_path)
+    assert read_toml(full / "config.toml")["method"]["options"] == {"fedfa": {"kernel": "off"}}  # not set: default
+    assert load_tensors(part / "checkpoints" / "round_000002.pt")["config"]["method"]["options"] == {
+        "fedfa": {"kernel": "off"}}
+    raw = tiny_raw(rounds=1)
+    raw["out_dir"] = str(tmp_path / "fedavg")
+    _, run = run_experiment(validate(raw), quiet=True)
+    assert read_toml(run.path / "config.toml")["method"].get("options", {}) == {}  # nothing to record
+
+
+def test_resume_refuses_a_different_kernel_mode(tmp_path):
+    _, part = interrupted_fedfa_run(tmp_path)
+    set_kernel(part, "on")
+    before = (part / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match=r"cannot resume '.*': method\.options\.fedfa\.kernel: the run's checkpoints "
+                                          r"were made with 'off' but its config\.toml now gives 'on'; a run continues "
+                                          r"on the path it started on: set kernel = 'off'"):
+        resume_experiment(str(part), quiet=True)
+    assert (part / "metrics.jsonl").read_text() == before  # nothing was touched
+
+
+def test_a_run_from_before_the_record_resumes_only_once_its_config_says_how_it_ran(tmp_path):
+    full, part = interrupted_fedfa_run(tmp_path)
+    # what a run started before the option existed holds: no kernel key in its config or checkpoints
+    set_kernel(part, None)
+    for ckpt in (part / "checkpoints").glob("*.pt"):
+        payload = load_tensors(ckpt)
+        del payload["config"]["method"]["options"]["fedfa"]
+        save_tensors(ckpt, payload)
+    with pytest.raises(ConfigError, match=r"method\.options\.fedfa\.kernel is not recorded: the run was started "
+                                          r"before fedaug recorded it and ran with kernel = 'auto' \(.*\); write the "
+                                          r"value it ran with into .*config\.toml \(\[method\.options\.fedfa\] "
+                                          r"kernel = \.\.\.\) and resume again"):
+        resume_experiment(str(part), quiet=True)
+    set_kernel(part, "off")  # the user says which path it took (this one did take "off")
+    resume_experiment(str(part), quiet=True)
+    assert comparable(part) == comparable(full)
+    assert summary_numbers(part) == summary_numbers(full)

@@ -228,3 +228,16 @@ def test_segmentation_trains_and_reports_foreground_dice():
     assert set(ev["mean"]) == {"val_dice", "test_dice", "test_loss"}
     assert len(ev["clients"]["s0"]["test"]["dice_per_class"]) == 2
     assert 0.0 <= ev["pooled"]["test_dice"] <= 1.0
+
+
+def test_library_calls_leave_process_settings_alone(tiny_cfg, monkeypatch):
+    from fedaug.core import runtime
+    from fedaug.engine.simulate import run_experiment
+
+    before = torch.get_num_threads()
+    tiny_cfg.threads = before + 1  # a thread count the process does not have
+    tiny_cfg.train.rounds = 1
+    monkeypatch.setattr(runtime, "retain_freed_memory", lambda: pytest.fail("the allocator was tuned"))
+    build_simulation(tiny_cfg).run_round(1)
+    run_experiment(tiny_cfg, quiet=True, write=False)
+    assert torch.get_num_threads() == before

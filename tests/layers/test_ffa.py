@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
-from fedaug.layers import FFALayer, kernel
+from fedaug.layers import FFALayer
 from fedaug.layers.functional import (
     StatNoise,
     autograd_map,
@@ -23,11 +23,13 @@ from fedaug.layers.functional import (
 EPS = 1e-6
 
 
-@pytest.fixture(autouse=True, params=["on", "off"], ids=["kernel", "pytorch"])
+@pytest.fixture(params=["on", "off"], ids=["kernel", "pytorch"])
 def kernel_mode(request):
-    """Run the test with the compiled kernel required (``on``), then with it switched off."""
-    with kernel.forced(request.param):
-        yield request.param
+    """The layer's ``kernel`` option: the test runs with the compiled kernel (skipped where it
+    cannot be built), then on the pure-PyTorch path."""
+    if request.param == "on":
+        request.getfixturevalue("needs_kernel")
+    return request.param
 
 # (B=3, C=2, H=2, W=2) features with distinct per-sample statistics
 X = np.array([
@@ -154,9 +156,9 @@ def test_t_modulation_sums_to_c_and_is_monotone():
 
 
 @pytest.mark.parametrize("fusion, scale", [("fused", "std"), ("product", "variance"), ("client", "std")])
-def test_layer_output_and_running_stats_golden(fusion, scale):
+def test_layer_output_and_running_stats_golden(fusion, scale, kernel_mode):
     shared_mu, shared_sigma = np.array([0.4, 1.6]), np.array([1.5, 0.5])
-    layer = FFALayer(2, p=1.0, momentum=0.99, variance=fusion, noise_scale=scale,
+    layer = FFALayer(2, kernel=kernel_mode, p=1.0, momentum=0.99, variance=fusion, noise_scale=scale,
                      generator=torch.Generator().manual_seed(3)).double()
     if fusion == "fused":
         layer.set_gamma(torch.tensor(shared_mu), torch.tensor(shared_sigma))
@@ -171,9 +173,10 @@ def test_layer_output_and_running_stats_golden(fusion, scale):
     np.testing.assert_allclose(layer.running_std.numpy(), 0.99 + 0.01 * sig.mean(axis=0), rtol=1e-10)
 
 
-def test_official_estimators_golden():
+def test_official_estimators_golden(kernel_mode):
     gamma = np.array([0.7, 1.3])
-    layer = FFALayer(2, p=1.0, estimator="official", generator=torch.Generator().manual_seed(4)).double()
+    layer = FFALayer(2, p=1.0, estimator="official", generator=torch.Generator().manual_seed(4),
+                     kernel=kernel_mode).double()
     layer.set_gamma(torch.tensor(gamma), torch.tensor(gamma))
     _, noise = draws(4, 3, 2, p=1.0)
     want, _, _ = np_ffa(X, gamma, gamma, noise, official=True)
@@ -190,8 +193,9 @@ def test_server_variances_become_gamma_in_fused_mode():
     np.testing.assert_allclose(layer.shared_sigma.numpy(), np_gamma(var[::-1]), rtol=1e-12)
 
 
-def test_fixed_variance_uses_lambda_for_every_channel():
-    layer = FFALayer(2, p=1.0, variance="fixed", lam=0.5, generator=torch.Generator().manual_seed(1)).double()
+def test_fixed_variance_uses_lambda_for_every_channel(kernel_mode):
+    layer = FFALayer(2, p=1.0, variance="fixed", lam=0.5, generator=torch.Generator().manual_seed(1),
+                     kernel=kernel_mode).double()
     y = layer(torch.tensor(X)).detach().numpy()
     _, noise = draws(1, 3, 2, 1.0)
     mu, sig = np_stats(X)
@@ -200,19 +204,19 @@ def test_fixed_variance_uses_lambda_for_every_channel():
     np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-12)
 
 
-def test_coin_is_drawn_first_and_skips_when_lost():
+def test_coin_is_drawn_first_and_skips_when_lost(kernel_mode):
     x = torch.tensor(X)
     for seed in range(8):
         fired, _ = draws(seed, 3, 2, p=0.5)
-        y = FFALayer(2, p=0.5, generator=torch.Generator().manual_seed(seed)).double()(x)
+        y = FFALayer(2, kernel=kernel_mode, p=0.5, generator=torch.Generator().manual_seed(seed)).double()(x)
         assert (y is x) == (not fired)
 
 
-def test_eval_and_p0_are_the_identity():
+def test_eval_and_p0_are_the_identity(kernel_mode):
     x = torch.randn(4, 3, 5, 5)
-    layer = FFALayer(3, p=1.0)
+    layer = FFALayer(3, kernel=kernel_mode, p=1.0)
     assert layer.eval()(x) is x
-    assert FFALayer(3, p=0.0)(x) is x
+    assert FFALayer(3, kernel=kernel_mode, p=0.0)(x) is x
 
 
 @pytest.mark.parametrize("variance, noise_scale, estimator", [
@@ -220,9 +224,9 @@ def test_eval_and_p0_are_the_identity():
     ("product", "variance", "paper"), ("client", "std", "official"), ("fixed", "std", "paper"),
     ("fixed", "variance", "official"),
 ])  # fmt: skip
-def test_gradients_reach_the_input_exactly(variance, noise_scale, estimator):
+def test_gradients_reach_the_input_exactly(variance, noise_scale, estimator, kernel_mode):
     x = torch.tensor(X, requires_grad=True)
-    layer = FFALayer(2, p=1.0, variance=variance, noise_scale=noise_scale, estimator=estimator,
+    layer = FFALayer(2, kernel=kernel_mode, p=1.0, variance=variance, noise_scale=noise_scale, estimator=estimator,
                      generator=torch.Generator().manual_seed(0)).double()
     if variance in ("fused", "direct", "product"):
         layer._set_shared(torch.tensor([0.5, 1.5], dtype=torch.float64), torch.ones(2, dtype=torch.float64))
@@ -237,12 +241,12 @@ def test_gradients_reach_the_input_exactly(variance, noise_scale, estimator):
 
 
 @pytest.mark.parametrize("shape", [(6, 4, 7, 5), (3, 4, 16, 16)])  # short rows and long rows (N >= 64)
-def test_fused_backward_matches_plain_autograd(shape):
+def test_fused_backward_matches_plain_autograd(shape, kernel_mode):
     torch.manual_seed(0)
     x = (3.0 + 2.0 * torch.randn(*shape, dtype=torch.float64)).requires_grad_()
     noise = torch.randn(2, *shape[:2], dtype=torch.float64)
     var_mu, var_sigma = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
-    y = perturb_channel_stats(x, var_mu, var_sigma, noise_mu=noise[0], noise_sigma=noise[1])
+    y = perturb_channel_stats(x, var_mu, var_sigma, noise_mu=noise[0], noise_sigma=noise[1], kernel=kernel_mode)
     mu, sigma = channel_stats(x)
     mu_hat, sigma_hat = mu + noise[0] * var_mu.sqrt(), sigma + noise[1] * var_sigma.sqrt()
     ref = sigma_hat[..., None, None] * (x - mu[..., None, None]) / sigma[..., None, None] + mu_hat[..., None, None]
@@ -253,11 +257,11 @@ def test_fused_backward_matches_plain_autograd(shape):
     torch.testing.assert_close(g1, g2)
 
 
-def test_1d_2d_3d_agree_on_reshaped_data():
+def test_1d_2d_3d_agree_on_reshaped_data(kernel_mode):
     x = torch.randn(5, 3, 4, 6)
     outs = []
     for shaped in (x.reshape(5, 3, 24), x, x.reshape(5, 3, 2, 2, 6)):
-        layer = FFALayer(3, p=1.0, generator=torch.Generator().manual_seed(11))
+        layer = FFALayer(3, kernel=kernel_mode, p=1.0, generator=torch.Generator().manual_seed(11))
         layer.set_gamma(torch.tensor([0.5, 1.0, 1.5]), torch.tensor([1.0, 1.0, 1.0]))
         outs.append(layer(shaped).reshape(5, 3, 4, 6))
         running = (layer.running_mean.clone(), layer.running_std.clone())
@@ -266,9 +270,9 @@ def test_1d_2d_3d_agree_on_reshaped_data():
     assert running[0].shape == (3,)
 
 
-def test_same_seed_same_output_other_seed_differs():
+def test_same_seed_same_output_other_seed_differs(kernel_mode):
     x = torch.randn(8, 4, 5, 5)
-    run = lambda seed: FFALayer(4, p=1.0, generator=torch.Generator().manual_seed(seed))(x)  # noqa: E731
+    run = lambda seed: FFALayer(4, p=1.0, generator=torch.Generator().manual_seed(seed), kernel=kernel_mode)(x)  # noqa: E731
     assert torch.equal(run(5), run(5))
     assert not torch.equal(run(5), run(6))
 
@@ -276,8 +280,9 @@ def test_same_seed_same_output_other_seed_differs():
 @pytest.mark.parametrize("variance", ["fused", "direct", "product", "client", "fixed"])
 @pytest.mark.parametrize("estimator", ["paper", "official"])
 @pytest.mark.parametrize("shape", [(1, 3, 4, 4), (4, 3, 1, 1), (4, 3, 1), (1, 3, 1, 1, 1)])
-def test_degenerate_inputs_give_no_nan(variance, estimator, shape):
-    layer = FFALayer(3, p=1.0, variance=variance, estimator=estimator, generator=torch.Generator().manual_seed(0))
+def test_degenerate_inputs_give_no_nan(variance, estimator, shape, kernel_mode):
+    layer = FFALayer(3, p=1.0, variance=variance, estimator=estimator, generator=torch.Generator().manual_seed(0),
+                     kernel=kernel_mode)
     for x in (torch.randn(shape), torch.zeros(shape), torch.full(shape, 3.0)):  # incl. zero variance
         x = x.requires_grad_()
         y = layer(x)
@@ -286,9 +291,9 @@ def test_degenerate_inputs_give_no_nan(variance, estimator, shape):
         assert torch.isfinite(layer.running_mean).all() and torch.isfinite(layer.running_std).all()
 
 
-def test_restyle_with_identity_map_returns_the_input():
+def test_restyle_with_identity_map_returns_the_input(kernel_mode):
     x = torch.randn(3, 2, 5, dtype=torch.float64)
-    y, mu, sigma = restyle(x, autograd_map(lambda m, s: (m, s)))
+    y, mu, sigma = restyle(x, autograd_map(lambda m, s: (m, s)), kernel=kernel_mode)
     torch.testing.assert_close(y, x)
     assert mu.shape == sigma.shape == (3, 2) and not mu.requires_grad
 

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from fedaug.config.load import dump_toml, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
-from fedaug.engine.records import SUMMARY
+from fedaug.engine.records import CONFIG, SUMMARY
 from fedaug.report.runner import (
     GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
 )
@@ -98,6 +99,49 @@ def test_config_key_ignores_name_threads_and_out_dir_only(tiny_grid):
     same = {**raw, "name": "x", "threads": 2, "out_dir": "elsewhere"}
     assert config_key(same) == config_key(raw) in runs
     assert config_key({**raw, "seed": 5}) != config_key(raw)
+
+
+def fedfa_spec(**fedfa_options):
+    return tiny_spec(seeds=[0], methods={"FedFA": {"method": {"augs": ["fedfa"], "options": {"fedfa": fedfa_options}}}})
+
+
+def reused(spec, out, root):
+    return [c.reuse for c in plan(spec, out, reuse=finished_runs(root))]
+
+
+def test_reuse_matches_the_kernel_mode_and_never_guesses_an_unrecorded_one(tmp_path):
+    source = tmp_path / "source"
+    run_grid(fedfa_spec(), source)  # the default mode, "off", recorded in its config.toml
+    (run,) = finished_runs(source).values()
+    assert read_toml(run / CONFIG)["method"]["options"]["fedfa"] == {"kernel": "off"}
+    out = tmp_path / "out"
+    assert reused(fedfa_spec(), out, source) == [run]
+    assert reused(fedfa_spec(kernel="off"), out, source) == [run]  # the same mode, written out
+    assert reused(fedfa_spec(kernel="on"), out, source) == [None]  # another path: trained again
+    # a run from before the option: it took the kernel if one built, which cannot be known
+    raw = read_toml(run / CONFIG)
+    del raw["method"]["options"]["fedfa"]["kernel"]
+    (run / CONFIG).write_text(dump_toml(raw))
+    assert reused(fedfa_spec(), out, source) == reused(fedfa_spec(kernel="on"), out, source) == [None]
+    raw["method"]["options"]["fedfa"]["kernel"] = "on"  # its owner says how it ran
+    (run / CONFIG).write_text(dump_toml(raw))
+    assert reused(fedfa_spec(kernel="on"), out, source) == [run] and reused(fedfa_spec(), out, source) == [None]
+
+
+def test_a_grid_cell_from_before_the_kernel_option_asks_for_its_mode(tmp_path):
+    out = tmp_path / "g"
+    run_grid(fedfa_spec(), out)
+    (outcome,) = run_grid(fedfa_spec(), out)
+    assert outcome.status == "done before"
+    run = find_run(out / "default" / "fedfa" / "seed0")
+    raw = read_toml(run / CONFIG)
+    del raw["method"]["options"]["fedfa"]["kernel"]
+    (run / CONFIG).write_text(dump_toml(raw))
+    with pytest.raises(FedaugError, match=r"was run with a different config \(method\.options\.fedfa\.kernel differ; "
+                                          r"method\.options\.fedfa\.kernel is not recorded \(the run predates it; it "
+                                          r"ran with kernel = 'auto': .*\); write the value it ran with into its "
+                                          r"config\.toml, or delete that directory"):
+        run_grid(fedfa_spec(), out)
 
 
 def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.runtime import configure_process
 from fedaug.report.grid import GridSpec, grid_from_args, load_grid
 from fedaug.report.runner import CellError, CellOutcome, log_invocation, run_grid, write_grid_file
 from fedaug.report.table import write_tables
@@ -74,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
     if args.table_only:
         write_grid_file(spec, out)
     else:
+        configure_process()  # each cell's thread count is set by the runner
         t0 = time.perf_counter()
         try:
             outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
 from fedaug.cli import compare_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
 from fedaug.core.errors import FedaugError
 from fedaug.core.version import __version__
+from fedaug.layers.kernel import RETIRED_ENV
 
 SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, report_cmd, flower_cmd, list_cmd, data_cmd, privacy_cmd,
                kernel_cmd)
@@ -40,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if os.environ.get(RETIRED_ENV):
+        print(f"fedaug: warning: {RETIRED_ENV} is no longer read and changes nothing; the FFA layers' path is "
+              "the config option method.options.fedfa.kernel (or vfda.kernel): \"off\" (default) or \"on\"",
+              file=sys.stderr)
     try:
         return args.func(args)
     except FedaugError as exc:

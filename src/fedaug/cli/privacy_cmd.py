@@ -14,6 +14,7 @@ from fedaug.analysis.figures import save_reconstructions
 from fedaug.analysis.probe import feature_dcor, global_model, pooled
 from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError
+from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import load_tensors
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.simulate import Simulation, build_simulation
@@ -52,7 +53,9 @@ def _checkpoints(path: str) -> tuple[RunDir, dict[int, Path]]:
 
 def _simulation(path: str, round: int | None = None) -> tuple[Simulation, RunDir]:
     run_dir, found = _checkpoints(path)
-    sim = build_simulation(parse_config(read_toml(run_dir.path / CONFIG)))
+    cfg = parse_config(read_toml(run_dir.path / CONFIG))
+    configure_process(cfg.threads)
+    sim = build_simulation(cfg)
     sim.restore(load_tensors(found[round if round is not None else max(found)]))
     return sim, run_dir
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from fedaug.cli.run_cmd import add_output_flags, finish
+from fedaug.config.load import parse_config, read_toml
+from fedaug.core.runtime import configure_process
+from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.simulate import resume_experiment
 
 
@@ -18,5 +21,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
+    configure_process(parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG)).threads)
     summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet)
     return finish(summary, run_dir, args.format)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from fedaug.config.load import load_config
+from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import run_experiment
 from fedaug.report.table import results_table
 
@@ -45,5 +46,6 @@ def main(args: argparse.Namespace) -> int:
         args.overrides.insert(0, args.source)
         args.source = None
     cfg, _ = load_config(args.source, args.overrides)
+    configure_process(cfg.threads)
     summary, run_dir = run_experiment(cfg, quiet=args.quiet)
     return finish(summary, run_dir, args.format)

@@ -1,4 +1,10 @@
-"""Process-wide settings for training: keep freed memory in the process (glibc).
+"""Process-wide settings for training: torch's thread count, and keeping freed memory (glibc).
+
+Library calls (:func:`~fedaug.engine.simulate.run_experiment`,
+:func:`~fedaug.engine.simulate.build_simulation`, ...) never change process-wide state. A process
+entry point opts in with :func:`configure_process`: the ``fedaug`` command line does, and so do
+the Flower ClientApp and ServerApp (each runs in a process that Flower starts for it); a Python
+user calls it once, before training, when the process is theirs to tune.
 
 A training step allocates and frees the same large tensors (activations, gradients) every step.
 glibc's ``malloc`` serves blocks above its *mmap threshold* with fresh ``mmap`` pages and gives
@@ -15,10 +21,16 @@ Set ``FEDAUG_MALLOC=default`` to leave glibc's defaults alone.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Iterator
+
+import torch
+
+from fedaug.core.errors import ConfigError
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -47,3 +59,39 @@ def retain_freed_memory() -> bool:
                 _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
                     mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
+
+
+def configure_process(threads: int | None = None) -> None:
+    """Apply fedaug's process-wide settings for training: torch's intra-op thread count and
+    :func:`retain_freed_memory`. For process entry points (see the module docstring).
+
+    Args:
+        threads: ``torch.set_num_threads(threads)`` (a run's ``cfg.threads``); ``None`` leaves
+            the thread count alone.
+
+    Raises:
+        ConfigError: ``threads`` is below 1.
+
+    >>> before = torch.get_num_threads()
+    >>> configure_process(1)
+    >>> torch.get_num_threads()
+    1
+    >>> torch.set_num_threads(before)
+    """
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    retain_freed_memory()
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run a block with ``threads`` torch intra-op threads, then restore the previous count
+    (for a library call that runs work at a stated thread count, e.g. a grid's cells)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

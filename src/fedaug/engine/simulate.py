@@ -4,6 +4,8 @@ One worker model serves every client (memory stays flat in the number of clients
 invariant 4); all randomness is derived from (seed, round, client, component, purpose), so the
 result does not depend on the order in which clients are trained (invariant 1); every message part
 is validated and its bytes counted (invariants 3 and 5); checkpoints make resumed runs exact (6).
+Nothing here changes process-wide state (torch's thread count, the allocator): a process entry
+point opts in with :func:`fedaug.core.runtime.configure_process` (the CLI does).
 The round itself is the server's (:class:`~fedaug.engine.server.Server`), shared with the Flower
 adapter; this module supplies the clients: an :class:`InProcessFleet` over the dataset in memory.
 """
@@ -13,12 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import torch
-
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
 from fedaug.core.payload import Message, state_nbytes
-from fedaug.core.runtime import retain_freed_memory
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.fleet import Reply
@@ -28,6 +27,7 @@ from fedaug.engine.server import Federation, Server
 from fedaug.engine.worker import Worker, build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import Recipe, build_recipe
+from fedaug.methods.recorded import check_resume, pin
 from fedaug.metrics.tasks import make_task
 
 Order = Callable[[list[int]], list[int]]
@@ -98,28 +98,39 @@ class Simulation(Server):
 
 
 def build_simulation(cfg: RunConfig, execution_order: Order | None = None) -> Simulation:
-    """Validate the method, load the data and build a :class:`Simulation` (no files written)."""
+    """Validate the method, load the data and build a :class:`Simulation` (no files written, no
+    process-wide setting changed: ``cfg.threads`` is applied by
+    :func:`~fedaug.core.runtime.configure_process`, which the caller may run first)."""
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    torch.set_num_threads(cfg.threads)
-    retain_freed_memory()
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     return Simulation(cfg, data, recipe, execution_order)
 
 
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None) -> tuple[dict[str, Any], RunDir | None]:
-    """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``."""
+    """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
+    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`)."""
+    cfg = pin(cfg)
     sim = build_simulation(cfg, execution_order)
     run_dir = RunDir.start(cfg) if write else None
     return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet)), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False) -> tuple[dict[str, Any], RunDir]:
-    """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none)."""
+    """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
+
+    Raises:
+        ConfigError: the run's recorded options (the FFA layers' ``kernel``) differ between its
+            checkpoint and its ``config.toml``, or the run predates their record
+            (:func:`fedaug.methods.recorded.check_resume`); the message says what to do.
+    """
     run_dir = RunDir.open(path)
-    cfg = parse_config(read_toml(run_dir.path / CONFIG))
-    sim = build_simulation(cfg)
+    stored = parse_config(read_toml(run_dir.path / CONFIG))
     payload = run_dir.load_latest()
+    cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+    if cfg != stored and payload is None:
+        run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
+    sim = build_simulation(cfg)
     if payload is not None:
         sim.restore(payload)
     run_dir.truncate_rounds(sim.round)

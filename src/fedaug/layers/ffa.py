@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 
-from fedaug.layers.functional import StatNoise, momentum_update, restyle, t_modulation
+from fedaug.layers.functional import StatNoise, check_kernel, momentum_update, restyle, t_modulation
 
 #: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
 #: and the server's per-channel quantity ``s``.
@@ -56,6 +56,10 @@ class FFALayer(nn.Module):
             ``"official"`` (the public code: N - 1 and B - 1, plus 1e-6 on the batch variances).
         eps: added to the spatial variance before the square root.
         generator: source of the coin and the noise.
+        kernel: ``"off"`` (default): the pure-PyTorch path, the same numbers on every machine;
+            ``"on"``: the compiled CPU kernel (:mod:`fedaug.layers.kernel`; faster on small maps,
+            needs a C++ compiler; float32 results differ from ``"off"`` in the last bits, and may
+            differ between CPU models).
 
     Attributes:
         running_mean, running_std: ``(C,)`` buffers, the client's running statistics (Eq. 4).
@@ -78,7 +82,7 @@ class FFALayer(nn.Module):
     def __init__(self, num_channels: int, *, p: float = 0.5, momentum: float = 0.99,
                  variance: str = "fused", lam: float = 0.5, noise_scale: str = "std",
                  estimator: str = "paper", eps: float = 1e-6,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, kernel: str = "off") -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ConfigError(f"FFALayer.p must be in [0, 1], got {p}")
@@ -90,6 +94,7 @@ class FFALayer(nn.Module):
         self.variance = _choice("variance", variance, VARIANCES)
         self.noise_scale = _choice("noise_scale", noise_scale, NOISE_SCALES)
         self.estimator = _choice("estimator", estimator, ESTIMATORS)
+        self.kernel = check_kernel(kernel, "FFALayer.kernel")
         self.generator = generator
         self._init_from_batch = False
         self.register_buffer("running_mean", torch.zeros(num_channels))
@@ -149,7 +154,8 @@ class FFALayer(nn.Module):
         noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g)
         if noise.dtype != x.dtype or noise.device != x.device:
             noise = noise.to(device=x.device, dtype=x.dtype)
-        y, mu, sigma = restyle(x, self._stat_noise(noise), eps=self.eps, unbiased=self.estimator == "official")
+        y, mu, sigma = restyle(x, self._stat_noise(noise), eps=self.eps, unbiased=self.estimator == "official",
+                               kernel=self.kernel)
         with torch.no_grad():
             weight = 0.0 if self._init_from_batch else self.momentum
             momentum_update(self.running_mean, mu, weight)
@@ -174,4 +180,4 @@ class FFALayer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"{self.num_channels}, p={self.p}, momentum={self.momentum}, variance={self.variance!r}, "
-                f"noise_scale={self.noise_scale!r}, estimator={self.estimator!r}")
+                f"noise_scale={self.noise_scale!r}, estimator={self.estimator!r}, kernel={self.kernel!r}")

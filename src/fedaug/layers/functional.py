@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from fedaug.layers import kernel
+from fedaug.core.errors import ConfigError
+from fedaug.layers import kernel as compiled
 
 
 def _check_features(x: Tensor) -> None:
@@ -268,16 +269,27 @@ class _Restyle(torch.autograd.Function):
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
-def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def check_kernel(value: str, owner: str = "kernel") -> str:
+    """``value`` if it is one of :data:`fedaug.layers.kernel.MODES`, else a :class:`ConfigError` naming ``owner``."""
+    if value not in compiled.MODES:
+        raise ConfigError(f"{owner} must be one of {', '.join(compiled.MODES)}, got {value!r}: \"off\" is the "
+                          "pure-PyTorch path (the same numbers on every machine), \"on\" the compiled CPU kernel")
+    return value
+
+
+def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = False,
+            kernel: str = "off") -> tuple[Tensor, Tensor, Tensor]:
     """Replace each sample's channel statistics by ``fn(mu, sigma)`` (FedFA Eq. 8; VFDA Eq. 6).
 
     Computes ``mu, sigma`` (Eq. 2) once, calls ``fn`` on them (stacked), and returns
     ``sigma_hat * (x - mu) / sigma + mu_hat`` with exact gradients w.r.t. ``x`` (through ``fn``'s
     vector-Jacobian product, so ``fn`` may couple the samples, e.g. through batch variances).
-    A :class:`StatNoise` map on a CPU float32/float64 tensor runs the fused compiled kernel
-    (:mod:`fedaug.layers.kernel`; same function, one C++ autograd node); anything else (other
-    maps, devices or dtypes, tracing by ``torch.compile``, the kernel switched off or unavailable)
-    runs :class:`_Restyle`. Double backward is not supported.
+    With ``kernel="on"``, a :class:`StatNoise` map on a CPU float32/float64 tensor runs the fused
+    compiled kernel (:mod:`fedaug.layers.kernel`; same function, one C++ autograd node); anything
+    else (``kernel="off"``, other maps, devices or dtypes, tracing by ``torch.compile``) runs
+    :class:`_Restyle`. The two agree to float rounding; in float32 that rounding differs, so a
+    long training run on one path does not reproduce a run on the other. Double backward is not
+    supported.
 
     Args:
         x: features ``(B, C, *spatial)``, not modified in place.
@@ -285,16 +297,23 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
             any differentiable map wrapped by :func:`autograd_map`.
         eps: added to the spatial variance before the square root.
         unbiased: spatial variance over ``N - 1`` positions (public code) instead of ``N``.
+        kernel: ``"off"`` (the pure-PyTorch path) or ``"on"`` (the compiled kernel where it applies).
 
     Returns:
         ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached (for running statistics).
+
+    Raises:
+        ConfigError: ``kernel`` is not ``"off"`` or ``"on"``.
+        fedaug.layers.kernel.KernelBuildError: ``kernel="on"`` and the kernel cannot be built.
     """
     _check_features(x)
-    fusable = type(fn) is StatNoise and x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES
-    op = kernel.restyle_op() if fusable and not torch.compiler.is_compiling() else None
-    if op is None:
+    check_kernel(kernel)
+    fusable = (kernel == "on" and type(fn) is StatNoise and x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES
+               and not torch.compiler.is_compiling())
+    if not fusable:
         y, z = _Restyle.apply(x, fn, eps, unbiased)
     else:
+        op = compiled.restyle_op()
         fixed = fn.scale is not None
         param = fn.scale if fixed else fn.mult
         y, z = op(x, fn.noise.to(x.dtype), param.to(x.dtype), fixed, fn.noise_scale == "std", fn.correction,
@@ -303,7 +322,7 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
 
 
 def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise_mu: Tensor,
-                          noise_sigma: Tensor, eps: float = 1e-6) -> Tensor:
+                          noise_sigma: Tensor, eps: float = 1e-6, kernel: str = "off") -> Tensor:
     """Resample each instance's channel mean/std with given variances (FedFA Eq. 8-9).
 
     Args:
@@ -311,9 +330,10 @@ def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise
         var_mu, var_sigma: ``(C,)`` sampling variances of the mean and the std (e.g. Eq. 7).
         noise_mu, noise_sigma: ``(B, C)`` standard normal draws.
         eps: added to the spatial variance.
+        kernel: ``"off"`` (pure PyTorch) or ``"on"`` (the compiled kernel), as in :func:`restyle`.
 
     Returns:
         Same shape and dtype as ``x``; differentiable w.r.t. ``x`` (re-parameterised, Eq. 9).
     """
     scale = torch.stack((var_mu, var_sigma)).clamp_min(0.0).sqrt()
-    return restyle(x, StatNoise(torch.stack((noise_mu, noise_sigma)), scale=scale), eps=eps)[0]
+    return restyle(x, StatNoise(torch.stack((noise_mu, noise_sigma)), scale=scale), eps=eps, kernel=kernel)[0]

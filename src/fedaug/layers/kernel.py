@@ -1,21 +1,22 @@
 """The FFA layer's compiled CPU kernel: build, cache and load ``csrc/ffa_restyle.cpp``.
 
-:func:`fedaug.layers.functional.restyle` with a :class:`~fedaug.layers.functional.StatNoise` map
-on a CPU float tensor runs ``torch.ops.fedaug.ffa_restyle``: the statistics (Eq. 2), the noise map
-(Eq. 3, 7, 9), the re-styling (Eq. 8) and the exact backward in one C++ autograd node, instead of
-~45 small ATen calls from Python (on 2x2-14x14 maps those calls cost more than the arithmetic).
-Both paths compute the same function; they agree to float rounding (tested to 1e-10 in float64).
+:func:`fedaug.layers.functional.restyle` with ``kernel="on"``, a
+:class:`~fedaug.layers.functional.StatNoise` map and a CPU float tensor runs
+``torch.ops.fedaug.ffa_restyle``: the statistics (Eq. 2), the noise map (Eq. 3, 7, 9), the
+re-styling (Eq. 8) and the exact backward in one C++ autograd node, instead of ~45 small ATen calls
+from Python (on 2x2-14x14 maps those calls cost more than the arithmetic). Both paths compute the
+same function; they agree to float rounding (tested to 1e-10 in float64). In float32 the last bits
+differ, and a long training run amplifies them (docs/fedfa.md), so the path is part of a run's
+config: the ``kernel`` option of :class:`~fedaug.layers.ffa.FFALayer` and of the ``fedfa`` and
+``vfda`` components (``"off"``, the default: the pure-PyTorch path; ``"on"``: this kernel). No
+environment variable chooses it.
 
 The library is compiled on first use with the system C++ compiler against the installed torch
-(~20 s; ``scripts/setup.sh`` does it ahead) for this CPU (``-march=native``, OpenMP threads like
-ATen's) and cached under ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by
-the source, torch's and Python's versions, the CPU's model and flags, and the compiler command; a
-file lock makes concurrent processes build it once. Nothing is downloaded.
-
-``FEDAUG_FFA_KERNEL`` chooses: ``auto`` (default: use it if it builds, else warn once and run the
-pure-PyTorch path), ``on`` (a failed build raises :class:`KernelBuildError`), ``off`` (never).
-
-Build ahead of time (prints the library's path): ``fedaug kernel``.
+(~20 s; ``fedaug kernel`` or ``scripts/setup.sh`` does it ahead) for this CPU (``-march=native``,
+OpenMP threads like ATen's), so its float32 rounding may differ between CPU models, and cached
+under ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by the source, torch's
+and Python's versions, the CPU's model and flags, and the compiler command; a file lock makes
+concurrent processes build it once. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -28,54 +29,37 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.errors import FedaugError
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
-MODES = ("auto", "on", "off")
-MODE_ENV, CACHE_ENV = "FEDAUG_FFA_KERNEL", "FEDAUG_KERNEL_CACHE"
+#: the FFA layers' computation paths: the pure-PyTorch path (default), the compiled kernel.
+MODES = ("off", "on")
+CACHE_ENV = "FEDAUG_KERNEL_CACHE"
+#: chose the path before the ``kernel`` option existed (``auto``: the kernel when it built); no longer read.
+RETIRED_ENV = "FEDAUG_FFA_KERNEL"
+#: how to leave the kernel, for error messages.
+_FIX_OFF = ('or set the FFA layers\' kernel option to "off" (the pure-PyTorch path, the default: '
+            'method.options.fedfa.kernel / method.options.vfda.kernel, FFALayer(kernel="off"))')
 
 
 class KernelBuildError(FedaugError, RuntimeError):
     """The compiled kernel could not be built or loaded (no compiler, a compile error, ...)."""
 
 
-#: process-wide: the forced mode (``None``: read the environment), the loaded op, a failed build's error.
-_STATE: dict[str, object] = {"forced": None, "op": None, "error": None}
-
-
-def mode() -> str:
-    """The kernel mode in effect: :func:`forced` if active, else ``$FEDAUG_FFA_KERNEL`` (``auto``)."""
-    value = _STATE["forced"] or os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
-    if value not in MODES:
-        raise ConfigError(f"{MODE_ENV}={value!r} is not one of {', '.join(MODES)}; "
-                          f"unset it or set it to auto (use the kernel when it builds), on or off")
-    return str(value)
-
-
-@contextlib.contextmanager
-def forced(value: str) -> Iterator[None]:
-    """Run a block with the kernel mode ``value`` (``auto``, ``on``, ``off``), whatever the environment says."""
-    if value not in MODES:
-        raise ConfigError(f"kernel mode {value!r} is not one of {', '.join(MODES)}")
-    before = _STATE["forced"]
-    _STATE["forced"] = value
-    try:
-        yield
-    finally:
-        _STATE["forced"] = before
+#: the loaded op and a failed build's error, kept for the life of the process (loading is process-wide).
+_STATE: dict[str, object] = {"op": None, "error": None}
 
 
 def _compiler() -> str:
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if not cxx:
         raise KernelBuildError("no C++ compiler found (looked at $CXX, g++, c++, clang++); install one "
-                               f"(apt-get install g++) or set {MODE_ENV}=off to use the pure-PyTorch path")
+                               f"(apt-get install g++) {_FIX_OFF}")
     return cxx
 
 
@@ -134,7 +118,7 @@ def build() -> Path:
             if done.returncode != 0:
                 tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
                 raise KernelBuildError(f"compiling {SOURCE.name} with {cxx} failed (exit {done.returncode}):\n"
-                                       f"{tail}\nfix the compiler set-up or set {MODE_ENV}=off")
+                                       f"{tail}\nfix the compiler set-up {_FIX_OFF}")
             os.replace(tmp, lib)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -142,28 +126,19 @@ def build() -> Path:
     return lib
 
 
-def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
-    """``torch.ops.fedaug.ffa_restyle``, built and loaded on first call; ``None`` when the mode is
-    ``off`` or (``auto``) the build failed, after one warning.
+def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``torch.ops.fedaug.ffa_restyle``, built (:func:`build`) and loaded on the first call.
 
     Raises:
-        KernelBuildError: mode ``on`` and the kernel cannot be built or loaded.
+        KernelBuildError: the kernel cannot be built or loaded (the same error on every later call).
     """
-    current = mode()
-    if current == "off":
-        return None
     if _STATE["op"] is None and _STATE["error"] is None:
         try:
             torch.ops.load_library(str(build()))
             _STATE["op"] = torch.ops.fedaug.ffa_restyle
         except (KernelBuildError, OSError, RuntimeError) as err:
             _STATE["error"] = (err if isinstance(err, KernelBuildError)
-                               else KernelBuildError(f"loading the kernel failed: {err}"))
-            if current == "auto":
-                warnings.warn(f"fedaug: the FFA layer's compiled kernel is unavailable, using the pure-PyTorch "
-                              f"path (same results, slower on small maps): {_STATE['error']}", stacklevel=3)
+                               else KernelBuildError(f"loading the kernel failed: {err}; {_FIX_OFF}"))
     if _STATE["error"] is not None:
-        if current == "on":
-            raise _STATE["error"]  # type: ignore[misc]
-        return None
+        raise _STATE["error"]  # type: ignore[misc]
     return _STATE["op"]  # type: ignore[return-value]

@@ -63,8 +63,9 @@ def check_at(name: str, at: Sequence[str] | None) -> list[str] | None:
     return None if at is None else list(at)
 
 
-def attach_points(name: str, at: Sequence[str] | None, model: nn.Module, default: int) -> list[str]:
-    """``at``, or the first ``default`` of ``model.feature_stages``; a :class:`ConfigError` if none."""
+def attach_points(name: str, at: Sequence[str] | None, model: nn.Module, default: int | None = None) -> list[str]:
+    """``at``, or the first ``default`` (all when ``None``) of ``model.feature_stages``; a
+    :class:`ConfigError` if none."""
     names = list(at) if at is not None else list(getattr(model, "feature_stages", ()))[:default]
     if not names:
         raise ConfigError(f"{name}: {type(model).__name__} declares no feature_stages; set "

@@ -13,7 +13,15 @@ without it is resumed from its newest checkpoint (:func:`resume_experiment`). A 
 started cell whose stored config differs from the grid's (``threads``, ``out_dir`` and ``name``
 aside) is an error, so results of an edited grid are never mixed with stale ones. With ``reuse``,
 a cell not started yet whose config equals that of a finished run found elsewhere (another grid's
-cell, say) gets a copy of that run instead of training again (:func:`finished_runs`).
+cell, say) gets a copy of that run instead of training again (:func:`finished_runs`). A run's
+recorded options (:mod:`fedaug.methods.recorded`, e.g. the FFA layers' ``kernel``) take part in
+both comparisons: a cell that does not set one means its default, and a stored run that predates
+its record means its legacy value, which equals no cell's (such a run is not reused, and a grid
+cell holding one asks for its value to be written into its ``config.toml``).
+
+Each cell runs with its config's ``threads`` (capped; a resumed cell keeps the count it started
+with) and the previous thread count is restored after it; worker processes (``jobs > 1``) are
+set up with :func:`~fedaug.core.runtime.configure_process`.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.runtime import configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records import CONFIG, SUMMARY
 from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
 from fedaug.report.grid import GridSpec, slug
 
 GRID_FILE = "grid.json"
@@ -141,19 +151,28 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 IGNORED = ("threads", "out_dir", "name")
 
 
-def _resolved(raw: dict[str, Any]) -> dict[str, Any]:
-    return flatten({k: v for k, v in parse_config(raw).to_dict().items() if k not in IGNORED})
+def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
+    cfg = parse_config(raw)
+    cfg = fill_legacy(cfg) if stored else pin(cfg)
+    return flatten({k: v for k, v in cfg.to_dict().items() if k not in IGNORED})
 
 
 def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """Dotted keys whose resolved values differ between two configs (:data:`IGNORED` aside)."""
-    a, b = _resolved(stored), _resolved(wanted)
+    """Dotted keys whose resolved values differ between a run's stored config and a cell's
+    (:data:`IGNORED` aside; recorded options resolved as :func:`config_key` does)."""
+    a, b = _resolved(stored, stored=True), _resolved(wanted)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-def config_key(raw: dict[str, Any]) -> str:
-    """A digest of the resolved config (:data:`IGNORED` aside): equal keys, equal experiments."""
-    text = json.dumps(_resolved(raw), sort_keys=True, default=repr)
+def config_key(raw: dict[str, Any], *, stored: bool = False) -> str:
+    """A digest of the resolved config (:data:`IGNORED` aside): equal keys, equal experiments.
+
+    Recorded options (:mod:`fedaug.methods.recorded`) are resolved first: a cell's config
+    (``stored=False``) that does not set one takes its default; a run directory's stored config
+    (``stored=True``) that lacks one predates its record and takes its legacy value, so that a
+    run is never matched with a cell that asks for a path the run may not have taken.
+    """
+    text = json.dumps(_resolved(raw, stored), sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -165,7 +184,7 @@ def finished_runs(root: Path) -> dict[str, Path]:
     for summary in sorted(Path(root).rglob(SUMMARY)):
         run = summary.parent
         try:
-            key = config_key(read_toml(run / CONFIG))
+            key = config_key(read_toml(run / CONFIG), stored=True)
         except (FedaugError, OSError, ValueError):
             continue
         if key not in found or run.name > found[key].name:
@@ -215,21 +234,26 @@ def run_cell(cell: Cell) -> CellOutcome:
     try:
         existing = find_run(cell.dir)
         if existing is not None:
-            diff = config_mismatch(read_toml(existing / CONFIG), cell.raw)
+            stored = read_toml(existing / CONFIG)
+            diff = config_mismatch(stored, cell.raw)
             if diff:
+                notes = "".join(f"; {note}" for note in legacy_notes(parse_config(stored)))
+                fix = "write the value it ran with into its config.toml, or delete" if notes else "delete"
                 raise ConfigError(
-                    f"'{existing}' was run with a different config ({', '.join(diff)} differ); "
-                    "delete that directory to rerun the cell, or give another --out")
+                    f"'{existing}' was run with a different config ({', '.join(diff)} differ{notes}); "
+                    f"{fix} that directory to rerun the cell, or give another --out")
             if (existing / SUMMARY).is_file():
                 return CellOutcome(cell, "done before", str(existing), 0.0)
-            _, run = resume_experiment(str(existing), quiet=True)
+            with torch_threads(parse_config(stored).threads):  # the thread count it started with
+                _, run = resume_experiment(str(existing), quiet=True)
             return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
         if cell.reuse is not None:
             copy = cell.dir / cell.reuse.name
             shutil.copytree(cell.reuse, copy.with_name(copy.name + ".partial"))
             os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
             return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
-        _, run = run_experiment(parse_config(cell.raw), quiet=True)
+        with torch_threads(cell.raw["threads"]):
+            _, run = run_experiment(parse_config(cell.raw), quiet=True)
         return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
     except FedaugError as exc:
         return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))
@@ -293,7 +317,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
             if outcomes[-1].status == "failed" and not keep_going:
                 break
     else:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=configure_process) as pool:  # the pool's own processes
             pending = {pool.submit(run_cell, cell) for cell in cells}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -4,10 +4,15 @@ in-process engine, per-client state in context.state, departures recorded, bad n
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower extra: pip install 'fedaug[flower]'")
 
+from flwr.app import ArrayRecord  # noqa: E402
+
 from fedaug.core.errors import FedaugError  # noqa: E402
+from fedaug.engine.fleet import METERS  # noqa: E402
+from fedaug.engine.flower.codec import PART  # noqa: E402
 from fedaug.engine.flower.client_app import make_client_app  # noqa: E402
 from fedaug.engine.flower.inprocess import partition_configs, run_in_process  # noqa: E402
 from fedaug.engine.simulate import run_experiment  # noqa: E402
@@ -141,3 +146,54 @@ def test_sites_read_their_data_dir_and_match_the_engine_reading_the_same_root(tm
     got = run_in_process(site_cfg, 2, node_configs=sites, quiet=True)
     assert records(got["run_dir"]) == records(run_dir.path)
     assert "local files in" in str(got["data_info"]["sources"])
+
+
+def corrupting_evaluation(fn):
+    """fedaug's ClientApp, except that ``fn(partition id, msg)`` may rewrite evaluation messages: the
+    incoming one before the app sees it, and the reply the app returns."""
+    app = make_client_app()
+
+    def client(msg, context):
+        if msg.metadata.message_type != "evaluate":
+            return app(msg, context)
+        return fn(context.node_config["partition-id"], app, msg, context)
+
+    return client
+
+
+def test_malformed_evaluation_replies_over_flower_are_rejected_with_reasons(tmp_cfg):
+    def corrupt(pid, app, msg, context):
+        out = app(msg, context)
+        if pid == 1:  # a negative count in its meters
+            meters = dict(out.content[PART + METERS].to_torch_state_dict())
+            meters["test.count"] = torch.tensor(-5)
+            out.content[PART + METERS] = ArrayRecord(meters)
+        elif pid == 2:  # no meters at all
+            del out.content[PART + METERS]
+        return out
+
+    summary = run_in_process(tmp_cfg("fedfa"), 3, client=corrupting_evaluation(corrupt))
+    for rec in records(summary["run_dir"]):
+        ev = rec["eval"]
+        assert [(x["client"], x["phase"]) for x in ev["rejected"]] == [(1, "evaluate"), (2, "evaluate")]
+        assert "negative test.count" in ev["rejected"][0]["reason"]
+        assert "missing" in ev["rejected"][1]["reason"]
+        assert list(ev["clients"]) == ["client0"]
+        assert ev["comm"]["down"]["fedavg"] > 0  # the evaluation downlink (the weights) was counted
+
+
+def test_a_malformed_evaluation_downlink_over_flower_drops_that_client_naming_the_fault(tmp_cfg):
+    def corrupt(pid, app, msg, context):
+        if pid == 0:  # one weight tensor arrives with the wrong length
+            part = dict(msg.content[PART + "fedavg"].to_torch_state_dict())
+            key = sorted(part)[0]
+            part[key] = torch.zeros(part[key].numel() + 1)
+            msg.content[PART + "fedavg"] = ArrayRecord(part)
+        return app(msg, context)
+
+    summary = run_in_process(tmp_cfg("fedfa"), 3, client=corrupting_evaluation(corrupt))
+    for rec in records(summary["run_dir"]):
+        (drop,) = rec["eval"]["dropped"]
+        assert (drop["client"], drop["phase"], drop["reason"]) == (0, "evaluate", "error")
+        assert "part 'fedavg'" in drop["detail"] and "shape" in drop["detail"]
+        assert set(rec["eval"]["clients"]) == {"client1", "client2"}

@@ -1,7 +1,8 @@
 """The recorded 2-round runs that the engine must replay bit for bit (issue 19, Must show 1).
 
-Each case is a method recipe on the tiny synthetic federation of ``tests/conftest.py``; the FFA layer runs
-its pure-PyTorch path (``kernel.forced("off")``), whose numbers do not depend on the CPU or on a compiler.
+Each case is a method recipe on the tiny synthetic federation of ``tests/conftest.py``; the FFA components
+run their pure-PyTorch path (option ``kernel = "off"``, stated in each case's config), whose numbers do not
+depend on the CPU or on a compiler.
 ``python -m tests.engine.replay.cases`` (re)writes ``records/<case>.json``: run it only at a commit whose
 numbers are the reference, and say so in the commit.
 """
@@ -15,7 +16,6 @@ from typing import Any
 
 from fedaug.config.schema import validate
 from fedaug.engine.simulate import build_simulation
-from fedaug.layers import kernel
 from tests.conftest import tiny_raw
 
 RECORDS = Path(__file__).with_name("records")
@@ -51,11 +51,14 @@ CASES: dict[str, tuple[str, list[str], dict[str, Any]]] = {
     "feddata": ("fedavg", ["feddata"], {}),
     "scaffold_fedfa": ("scaffold", ["fedfa"], {}),
 }
+#: the components with FFA layers, whose ``kernel`` option chooses the computation path
+FFA = ("fedfa", "vfda")
 
 
 def case_config(name: str):
     """The validated config of case ``name``: 2 rounds, 2 of 3 clients sampled per round, eval every round."""
     base, augs, options = CASES[name]
+    options = {**options, **{c: {"kernel": "off"} for c in augs if c in FFA}}  # the records' path
     raw = tiny_raw(rounds=2, participation=0.67)
     raw["method"] = {"base": base, "augs": augs, "options": options}
     return validate(raw)
@@ -64,14 +67,13 @@ def case_config(name: str):
 def run_case(name: str) -> list[dict[str, Any]]:
     """The case's round records (times left out), as JSON would give them back."""
     cfg = case_config(name)
-    with kernel.forced("off"):
-        sim = build_simulation(cfg)
-        records = []
-        for r in range(1, cfg.train.rounds + 1):
-            rec = sim.run_round(r)
-            rec["eval"] = sim.evaluate()
-            rec.pop("time")
-            records.append(rec)
+    sim = build_simulation(cfg)
+    records = []
+    for r in range(1, cfg.train.rounds + 1):
+        rec = sim.run_round(r)
+        rec["eval"] = sim.evaluate()
+        rec.pop("time")
+        records.append(rec)
     return json.loads(json.dumps(records))
 
 

@@ -13,11 +13,12 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.data.base import Split
 from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.layers import kernel
 from fedaug.layers.attach import stage_channels
 from fedaug.methods import METHODS, ClientCtx, Uplink
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.models import build_model
-from tests.conftest import tiny_raw
+from tests.conftest import requires_kernel, tiny_raw
 
 MEANS = np.array([[0.1, 0.5, -0.2], [0.3, 0.5, 0.6], [0.2, 0.4, 0.1]])  # (M=3, C=3)
 STDS = np.array([[1.0, 0.9, 1.2], [1.1, 0.9, 0.8], [0.7, 1.0, 1.0]])
@@ -136,6 +137,69 @@ def test_options_are_validated():
         FedFA(lam=0.3)
     with pytest.raises(ConfigError, match=r"fedfa\.momentum"):
         FedFA(momentum=2.0)
+
+
+@pytest.mark.parametrize("aug", ["fedfa", "vfda"])
+def test_kernel_option_is_validated_with_the_choices(aug):
+    cls = METHODS.get(aug)
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'fast'"):
+        cls(kernel="fast")
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'auto': 'auto' \(the kernel "
+                                          r"when it builds\) made a run's numbers depend on the machine"):
+        cls(kernel="auto")
+    raw = tiny_raw()
+    raw["method"] = {"base": "fedavg", "augs": [aug], "options": {aug: {"kernel": True}}}
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got True"):
+        build_simulation(validate(raw))
+
+
+def ffa_sim(aug: str, **options) -> Simulation:
+    raw = tiny_raw()
+    raw["method"] = {"base": "fedavg", "augs": [aug], "options": {aug: options}}
+    return build_simulation(validate(raw))
+
+
+def count_op_calls(monkeypatch) -> list[int]:
+    """Replace the loaded compiled op by a counting wrapper of it (one entry per call)."""
+    calls: list[int] = []
+    real = kernel.restyle_op
+
+    def spy():
+        op = real()
+        return lambda *args: calls.append(1) or op(*args)
+
+    monkeypatch.setattr(kernel, "restyle_op", spy)
+    return calls
+
+
+@pytest.mark.parametrize("aug", ["fedfa", "vfda"])
+def test_kernel_off_never_calls_the_compiled_op(aug, monkeypatch):
+    def forbidden():
+        raise AssertionError("the compiled kernel was asked for")
+
+    monkeypatch.setattr(kernel, "restyle_op", forbidden)
+    for s in (ffa_sim(aug), ffa_sim(aug, kernel="off")):  # the default is "off"
+        s.run_round(1)
+        assert {layer.kernel for layer in s.recipe.components[1].layers.values()} == {"off"}
+
+
+@requires_kernel
+@pytest.mark.parametrize("aug", ["fedfa", "vfda"])
+def test_kernel_on_calls_the_compiled_op(aug, monkeypatch):
+    calls = count_op_calls(monkeypatch)
+    s = ffa_sim(aug, kernel="on")
+    s.run_round(1)
+    assert {layer.kernel for layer in s.recipe.components[1].layers.values()} == {"on"}
+    assert len(calls) > 0
+
+
+def test_kernel_on_without_a_compiler_fails_before_training_with_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
+    monkeypatch.setenv(kernel.CACHE_ENV, str(tmp_path))
+    monkeypatch.setitem(kernel._STATE, "op", None)
+    monkeypatch.setitem(kernel._STATE, "error", None)
+    with pytest.raises(kernel.KernelBuildError, match=r"(?s)compiling ffa_restyle\.cpp.*kernel option to \"off\""):
+        ffa_sim("fedfa", kernel="on")  # setup builds it: no round has started
 
 
 def sim(**fedfa_options) -> Simulation:

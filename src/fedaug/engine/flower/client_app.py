@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -33,7 +32,7 @@ from fedaug.config.load import dump_toml, parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import state_nbytes
-from fedaug.core.runtime import retain_freed_memory
+from fedaug.core.runtime import configure_process
 from fedaug.data.base import ClientData, FederatedData
 from fedaug.data.registry import DATASETS, load_dataset
 from fedaug.engine.flower.codec import drop_tree, get_parts, get_tree, has_tree, put_parts, put_tree
@@ -114,8 +113,7 @@ def _load(name: str, seed: int, options_json: str) -> FederatedData:
 def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> Worker:
     cfg = parse_config(tomllib.loads(config_toml))
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    torch.set_num_threads(cfg.threads)
-    retain_freed_memory()
+    configure_process(cfg.threads)  # a ClientApp is a process entry point (docs/engine.md)
     model = build_worker_model(cfg, recipe, input_shape, num_classes)
     return Worker(cfg, recipe, model, make_task(task, num_classes))
 

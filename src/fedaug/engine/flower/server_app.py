@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
+from fedaug.core.runtime import configure_process
 from fedaug.engine.fleet import Dropped, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
 from fedaug.engine.flower.codec import get_parts, put_parts
@@ -33,6 +33,7 @@ from fedaug.engine.server import Federation, Server
 from fedaug.engine.worker import build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
+from fedaug.methods.recorded import pin
 
 #: the describe fields every SuperNode must agree on
 SHARED = ("num_partitions", "task", "num_classes", "input_shape")
@@ -169,9 +170,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
 
     Progress goes to stderr (nothing with ``quiet``), so stdout stays the caller's."""
     settings = FlowerSettings.from_run_config(run_config)
-    cfg = settings.cfg
+    cfg = pin(settings.cfg)  # its run directory records the options that change the numbers
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    torch.set_num_threads(cfg.threads)
+    configure_process(cfg.threads)  # a ServerApp is a process entry point (docs/engine.md)
     federation, nodes = discover(grid, settings.connect_timeout)
     model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
     fleet = FlowerFleet(grid, nodes, settings.round_timeout)

@@ -19,14 +19,18 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.layers import kernel as compiled
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
+from fedaug.methods.options import attach_points, check_at, check_choice, check_noise, check_probability
+from fedaug.methods.recorded import Recorded
 from fedaug.privacy.noise import add_gaussian_noise
-from fedaug.methods.options import check_noise, check_probability
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
+#: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the compiled kernel.
+KERNEL_MODES = compiled.MODES
 
 
 class FeatureStatsAug(Component, abc.ABC):
@@ -40,6 +44,12 @@ class FeatureStatsAug(Component, abc.ABC):
             none; a privacy perturbation, :mod:`fedaug.privacy.noise`); the client's own layers
             keep the clean values.
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to each uploaded vector's std).
+        kernel: the layers' computation path: ``"off"`` (default), the pure-PyTorch path, whose
+            numbers are the same on every machine; ``"on"``, the compiled CPU kernel
+            (:mod:`fedaug.layers.kernel`): faster on small maps, needs a C++ compiler (built at
+            setup, before training), float32 results that differ from ``"off"`` in the last bits
+            (enough to move a 30-round run by points, docs/fedfa.md) and may differ between CPU models.
+            Recorded in every run's config (:mod:`fedaug.methods.recorded`).
     """
 
     role = "augmentation"
@@ -49,15 +59,24 @@ class FeatureStatsAug(Component, abc.ABC):
     up_keys: tuple[str, ...] = ()
     #: the random stream of the layers' coin and noise (``ctx.rng``).
     purpose: ClassVar[str] = "ffa"
+    #: written into every run's config even at the default (:mod:`fedaug.methods.recorded`).
+    recorded_options: ClassVar[dict[str, Recorded]] = {"kernel": Recorded(
+        default="off", legacy="auto",
+        legacy_help="before the option existed, FEDAUG_FFA_KERNEL chose the path and its default 'auto' "
+                    "took the compiled kernel whenever it built: 'on' if the run's machine had a C++ "
+                    "compiler and FEDAUG_FFA_KERNEL was unset or auto, 'off' if it was off, or the run "
+                    "predates the kernel")}
 
     def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
-        if at is not None and (isinstance(at, str) or not all(isinstance(n, str) for n in at) or not at):
-            raise ConfigError(f"{self.name}.at must be a non-empty list of module names, got {at!r}")
-        self.at = None if at is None else list(at)
+                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
+        self.at = check_at(self.name, at)
         self.p = check_probability(self.name, "p", p)
         check_noise(self.name, share_noise, share_noise_scale)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
+        if kernel == "auto":
+            raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
+                              "kernel when it builds) made a run's numbers depend on the machine; choose one")
+        self.kernel = check_choice(self.name, "kernel", kernel, KERNEL_MODES)
         self.handle: AttachHandle | None = None
 
     # --- subclass hooks ------------------------------------------------------------------------
@@ -82,13 +101,7 @@ class FeatureStatsAug(Component, abc.ABC):
     # --- helpers -------------------------------------------------------------------------------
     def names(self, model: nn.Module) -> list[str]:
         """The attach points: ``at``, or ``model.feature_stages``."""
-        names = self.at if self.at is not None else list(getattr(model, "feature_stages", ()))
-        if not names:
-            raise ConfigError(
-                f"{self.name}: {type(model).__name__} declares no feature_stages; set "
-                f"method.options.{self.name}.at to a list of module names"
-            )
-        return names
+        return attach_points(self.name, self.at, model)
 
     @property
     def layers(self) -> dict[str, FFALayer]:
@@ -97,7 +110,12 @@ class FeatureStatsAug(Component, abc.ABC):
 
     # --- client side -----------------------------------------------------------------------
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
-        """Attach one layer per attach point, sized by a dry forward pass of a zero ``(2, *input_shape)`` input."""
+        """Attach one layer per attach point, sized by a dry forward pass of a zero ``(2, *input_shape)`` input.
+
+        With ``kernel = "on"`` the compiled kernel is built (or loaded) here, so a machine without a
+        compiler fails before training."""
+        if self.kernel == "on":
+            compiled.restyle_op()
         channels = stage_channels(model, torch.zeros(2, *input_shape), self.names(model))
         self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()}, owner=self.name)
 

@@ -56,6 +56,8 @@ class FedFA(FeatureStatsAug):
         eps: added to the spatial variance before the square root.
         share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
+        kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
+            see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
 
     >>> fedfa = FedFA(p=0.5, variance="fused", at=["block1", "block2"])
     """
@@ -65,8 +67,8 @@ class FedFA(FeatureStatsAug):
     def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: str = "fused",
                  lam: float | None = None, at: Sequence[str] | None = None,
                  official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale)
+                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.variance = check_choice(self.name, "variance", variance, tuple(VARIANTS))
         if lam is not None and variance != "fixed":
@@ -87,7 +89,7 @@ class FedFA(FeatureStatsAug):
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, momentum=self.momentum, variance=self.variance, lam=self.lam,
-                        estimator="official" if self.official_compat else "paper", eps=self.eps)
+                        estimator="official" if self.official_compat else "paper", eps=self.eps, kernel=self.kernel)
 
     def configure_layer(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
                         state: State) -> None:

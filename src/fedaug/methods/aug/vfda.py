@@ -53,6 +53,8 @@ class VFDA(FeatureStatsAug):
         eps: added to the spatial variance before the square root.
         share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
+        kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
+            see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
 
     >>> vfda = VFDA(noise_scale="std", at=["enc1", "enc2"])
     """
@@ -62,8 +64,8 @@ class VFDA(FeatureStatsAug):
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
                  global_variance: bool = True, noise_scale: str = "variance",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale)
+                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
         if eta0 < 0:
             raise ConfigError(f"vfda.eta0 must be >= 0, got {eta0}")
         if eps <= 0:
@@ -77,7 +79,7 @@ class VFDA(FeatureStatsAug):
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, variance="product" if self.global_variance else "client",
-                        noise_scale=self.noise_scale, eps=self.eps)
+                        noise_scale=self.noise_scale, eps=self.eps, kernel=self.kernel)
 
     def configure_layer(self, ctx: ClientCtx, name: str, layer: FFALayer, down: dict[str, Tensor],
                         state: State) -> None:
