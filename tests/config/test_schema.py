@@ -30,7 +30,7 @@ def test_defaults_validate():
         ({"train": {"optimizer": "sdg"}}, r"'train.optimizer' must be one of sgd, adam, got 'sdg' \(did you mean 'sgd'\?\)"),
         ({"train": {"local_epochs": 1, "local_steps": 5}}, r"either 'train.local_epochs' or 'train.local_steps'"),
         ({"train": 3}, r"'train' must be a table, got 3"),
-        ({"method": {"augs": "fedfa"}}, r"'method.augs' must be a list, got 'fedfa'"),
+        ({"method": {"augs": "fedfa"}}, r"'method.augs' must be a list of strings, got 'fedfa'"),
     ],
 )
 def test_bad_config_messages_name_key_value_and_allowed(raw, match):

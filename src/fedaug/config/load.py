@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,24 +90,66 @@ def parse_config(raw: dict[str, Any]) -> RunConfig:
     return validate(raw)
 
 
+#: TOML's bare keys; any other key is written as a quoted (basic string) key
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+#: the short escapes of TOML basic strings; other control characters are written as \\uXXXX
+_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def toml_string(s: str) -> str:
+    """``s`` as a TOML basic string: quotes, backslashes and control characters escaped, so it reads
+    back exactly.
+
+    >>> print(toml_string('a "b"\\n\\x00'))
+    "a \\"b\\"\\n\\u0000"
+    """
+    return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+                         for c in s) + '"'
+
+
+def _toml_key(k: Any) -> str:
+    if not isinstance(k, str):
+        raise ConfigError(f"cannot write the key {k!r} ({type(k).__name__}) to TOML; keys are strings")
+    return k if _BARE_KEY.fullmatch(k) else toml_string(k)
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
-        return repr(v)
+        return repr(v)  # TOML spells nan, inf and -inf as Python's repr does
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return toml_string(v)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # only inside an array: an inline table
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
     raise ConfigError(f"cannot write {v!r} ({type(v).__name__}) to TOML")
 
 
-def dump_toml(d: dict[str, Any], _prefix: str = "") -> str:
-    """Write a nested dict of scalars, lists and tables as TOML (tables after values)."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+def _table(d: dict[str, Any], path: tuple[str, ...]) -> list[str]:
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
     for k, v in d.items():
         if isinstance(v, dict):
-            name = f"{_prefix}{k}"
-            body = dump_toml(v, f"{name}.")
-            lines.append(f"\n[{name}]\n{body}" if body else f"\n[{name}]")
-    return "\n".join(lines).lstrip("\n") + ("\n" if not _prefix else "")
+            sub = (*path, _toml_key(k))
+            lines += ["", f"[{'.'.join(sub)}]", *_table(v, sub)]
+    return lines
+
+
+def dump_toml(d: dict[str, Any]) -> str:
+    """Write a nested dict of strings, numbers, booleans, lists and tables as TOML (tables after
+    values) that :func:`tomllib.loads` reads back equal to ``d``: strings are escaped, keys that are
+    not bare words are quoted, tables inside lists are inline tables.
+
+    Raises:
+        ConfigError: a value TOML cannot hold (``None``, an object) or a key that is not a string.
+
+    >>> print(dump_toml({"name": "a\\nb", "data": {"options": {"my key": [1.5, {"x": True}]}}}), end="")
+    name = "a\\nb"
+    <BLANKLINE>
+    [data]
+    <BLANKLINE>
+    [data.options]
+    "my key" = [1.5, {x = true}]
+    """
+    return "\n".join(_table(d, ())).lstrip("\n") + "\n"

@@ -2,6 +2,10 @@
 
 Validation is generic over the schema: unknown keys name the valid ones (and the closest), bad
 types and values name the allowed range or choices; every problem is collected and raised once.
+Numbers must be finite (NaN and inf are refused), ``bool`` is not an integer, and every value,
+down to the components' option tables, must be one that ``config.toml`` can hold and give back
+(:func:`fedaug.config.load.dump_toml`): strings, numbers, booleans, lists and tables with string
+keys. The components' own options are checked when they are built (``check_options``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.typecheck import allowed, fits
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | None = None,
@@ -92,24 +97,42 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
 
 
-_TYPES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-          list: "a list", dict: "a table"}
+#: the longest run name: its run directory ``<name>-YYYYmmdd-HHMMSS[-k]`` must fit a file name (255 bytes)
+MAX_NAME = 200
 
 
-def _field_types(cls: type) -> dict[str, type]:
-    """Each field's runtime type (``dict[str, Any]`` -> ``dict``), annotations resolved."""
-    return {k: getattr(t, "__origin__", t) for k, t in typing.get_type_hints(cls).items()}
+def _toml_problems(key: str, value: Any) -> list[str]:
+    """Why ``value`` (at ``key``) could not be written to a run's ``config.toml`` and read back."""
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                out.append(f"'{key}' has the key {k!r} ({type(k).__name__}); keys must be strings")
+            elif v is not None:  # an option left at its default (not written)
+                out += _toml_problems(f"{key}.{k}", v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value)
+                for p in (_toml_problems(f"{key}[{i}]", v) if v is not None
+                          else [f"'{key}[{i}]' is None, which a TOML list cannot hold; remove it"])]
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            return [f"'{key}' holds {value[exc.start]!r}, a lone surrogate that cannot be written as UTF-8; remove it"]
+        return []
+    if isinstance(value, (bool, int, float)):
+        return []
+    return [f"'{key}' is {value!r} ({type(value).__name__}), which a TOML config cannot hold; give a string, "
+            "number, boolean, list or table"]
 
 
-def _check_value(key: str, value: Any, f: dataclasses.Field[Any], want: type) -> list[str]:
+def _check_value(key: str, value: Any, f: dataclasses.Field[Any], tp: Any) -> list[str]:
     m = f.metadata
     if value is None:
         return [] if m["nullable"] else [f"'{key}' must be set"]
-    ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        ok = True
-    if not ok:
-        return [f"'{key}' must be {_TYPES[want]}, got {value!r}"]
+    if not fits(value, tp):
+        return [f"'{key}' must be {allowed(tp)}, got {value!r}"]
     if m["choices"] and value not in m["choices"]:
         return [f"'{key}' must be one of {', '.join(m['choices'])}, got {value!r}{suggest(str(value), m['choices'])}"]
     lo, hi = m["lo"], m["hi"]
@@ -117,12 +140,12 @@ def _check_value(key: str, value: Any, f: dataclasses.Field[Any], want: type) ->
         lo_s = "" if lo is None else f"{'>' if m['lo_open'] else '>='} {lo}"
         hi_s = "" if hi is None else f"<= {hi}"
         return [f"'{key}' must be {' and '.join(s for s in (lo_s, hi_s) if s)}, got {value!r}"]
-    return []
+    return _toml_problems(key, value)
 
 
 def _build(cls: type, raw: dict[str, Any], prefix: str, problems: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    types = _field_types(cls)
+    types = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in raw.items():
         path = f"{prefix}{key}"
@@ -154,6 +177,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         problems.append("set either 'train.local_epochs' or 'train.local_steps', not both")
     if t.local_epochs is None and t.local_steps is None:
         t.local_epochs = 1
+    if isinstance(cfg.name, str) and len(cfg.name) > MAX_NAME:
+        problems.append(f"'name' is {len(cfg.name)} characters long; a run name may have at most {MAX_NAME} "
+                        "(it names the run directory); shorten it")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
@@ -164,7 +190,7 @@ def describe() -> list[tuple[str, Any, str]]:
     rows: list[tuple[str, Any, str]] = []
 
     def walk(cls: type, prefix: str) -> None:
-        types = _field_types(cls)
+        types = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(types[f.name]):
                 walk(types[f.name], f"{prefix}{f.name}.")

@@ -8,18 +8,28 @@ from typing import Any
 
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.registry import Registry
+from fedaug.core.typecheck import allowed, annotations_of, fits
 from fedaug.data.base import FederatedData, hold_out_group
 
 Builder = Callable[..., FederatedData]
 DATASETS: Registry[Builder] = Registry("dataset")
 
 
+#: where each kind's options sit in a run config
+OPTION_TABLES = {"dataset": "data.options", "model": "model.options", "method": "method.options.{name}"}
+
+
 def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any],
                   extra: tuple[str, ...] = ()) -> None:
-    """Raise one :class:`ConfigError` naming every option ``fn`` does not accept.
+    """Raise one :class:`ConfigError` naming every option ``fn`` does not accept, and every value
+    that does not fit its parameter's annotation (:func:`fedaug.core.typecheck.fits`: an integer
+    option given ``2.5``, a number given NaN or inf, a flag given ``1``), by its config key.
 
     Used for every ``[section.options]`` table: the valid option names are ``fn``'s keyword
     parameters (``seed`` excluded) and ``extra``.
+
+    Args:
+        kind: ``"dataset"``, ``"model"`` or ``"method"`` (see :data:`OPTION_TABLES`).
     """
     params = [
         p
@@ -27,12 +37,17 @@ def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[st
         if v.kind is inspect.Parameter.KEYWORD_ONLY and p != "seed"
     ] + list(extra)
     bad = [k for k in options if k not in params]
+    problems = []
     if bad:
         msgs = [f"'{k}'{suggest(k, params)}" for k in bad]
-        raise ConfigError(
-            f"{kind} '{name}' has no option {', '.join(msgs)}; "
-            f"its options are: {', '.join(params) or '(none)'}"
-        )
+        problems.append(f"{kind} '{name}' has no option {', '.join(msgs)}; its options are: {', '.join(params) or '(none)'}")
+    hints = annotations_of(fn)
+    table = OPTION_TABLES[kind].format(name=name)
+    whose = "" if "{name}" in OPTION_TABLES[kind] else f" ({kind} '{name}')"
+    problems += [f"{table}.{k} must be {allowed(hints[k])}, got {v!r}{whose}"
+                 for k, v in options.items() if k in params and k in hints and not fits(v, hints[k])]
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 #: options every dataset accepts, applied here after the dataset's builder
