@@ -92,7 +92,7 @@ def test_share_noise_perturbs_only_what_is_uploaded(component):
 
 @pytest.mark.parametrize("component", ["fedfa", "fedrdn", "fedmix", "flea", "vfda"])
 def test_share_noise_options_are_checked_by_every_component(component):
-    with pytest.raises(ConfigError, match=rf"{component}\.share_noise must be a number >= 0"):
+    with pytest.raises(ConfigError, match=rf"{component}\.share_noise must be a finite number >= 0"):
         METHODS.get(component)(share_noise=-0.1)
     with pytest.raises(ConfigError, match=rf"{component}\.share_noise_scale must be one of absolute, relative"):
         METHODS.get(component)(share_noise=0.1, share_noise_scale="percent")

@@ -62,6 +62,19 @@ def _element(tp: Any) -> Any:
     return None
 
 
+def is_numeric(tp: Any) -> bool:
+    """Whether the annotation ``tp`` takes numbers or flags (``int``, ``float``, ``bool``): alone,
+    in a union or as the elements of a list.
+
+    >>> is_numeric(float | None), is_numeric(Sequence[int]), is_numeric(str)
+    (True, True, False)
+    """
+    if _is_union(tp):
+        return any(is_numeric(a) for a in typing.get_args(tp))
+    element = _element(tp)
+    return is_numeric(element) if element is not None else tp in (int, float, bool)
+
+
 def fits(value: Any, tp: Any) -> bool:
     """Whether ``value`` is allowed by the annotation ``tp`` (see the module docstring).
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.registry import Registry
-from fedaug.core.typecheck import allowed, annotations_of, fits
+from fedaug.core.typecheck import allowed, annotations_of, fits, is_numeric
 from fedaug.data.base import FederatedData, hold_out_group
 
 Builder = Callable[..., FederatedData]
@@ -19,33 +19,37 @@ DATASETS: Registry[Builder] = Registry("dataset")
 OPTION_TABLES = {"dataset": "data.options", "model": "model.options", "method": "method.options.{name}"}
 
 
+def option_types(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The options ``fn`` takes, its keyword-only parameters (``seed`` excluded), with their resolved
+    annotations (``Any`` where there is none: :func:`fedaug.core.typecheck.annotations_of`)."""
+    hints = annotations_of(fn)
+    return {p: hints.get(p, Any) for p, v in inspect.signature(fn).parameters.items()
+            if v.kind is inspect.Parameter.KEYWORD_ONLY and p != "seed"}
+
+
 def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any],
                   extra: tuple[str, ...] = ()) -> None:
-    """Raise one :class:`ConfigError` naming every option ``fn`` does not accept, and every value
-    that does not fit its parameter's annotation (:func:`fedaug.core.typecheck.fits`: an integer
-    option given ``2.5``, a number given NaN or inf, a flag given ``1``), by its config key.
+    """Raise one :class:`ConfigError` naming every option ``fn`` does not accept, and every number
+    or flag that does not fit its parameter's annotation (:func:`fedaug.core.typecheck.fits`: an
+    integer option given ``2.5``, a number given NaN or inf, a flag given ``1``), by its config key.
+    String options are left to ``fn``, which knows their choices.
 
-    Used for every ``[section.options]`` table: the valid option names are ``fn``'s keyword
-    parameters (``seed`` excluded) and ``extra``.
+    Used for every ``[section.options]`` table: the valid option names are :func:`option_types`
+    of ``fn`` and ``extra``.
 
     Args:
         kind: ``"dataset"``, ``"model"`` or ``"method"`` (see :data:`OPTION_TABLES`).
     """
-    params = [
-        p
-        for p, v in inspect.signature(fn).parameters.items()
-        if v.kind is inspect.Parameter.KEYWORD_ONLY and p != "seed"
-    ] + list(extra)
-    bad = [k for k in options if k not in params]
-    problems = []
-    if bad:
-        msgs = [f"'{k}'{suggest(k, params)}" for k in bad]
-        problems.append(f"{kind} '{name}' has no option {', '.join(msgs)}; its options are: {', '.join(params) or '(none)'}")
-    hints = annotations_of(fn)
+    types = {**option_types(fn), **dict.fromkeys(extra, Any)}
+    problems: list[str] = []
+    unknown = [f"'{k}'{suggest(k, types)}" for k in options if k not in types]
+    if unknown:
+        problems.append(f"{kind} '{name}' has no option {', '.join(unknown)}; its options are: "
+                        f"{', '.join(types) or '(none)'}")
     table = OPTION_TABLES[kind].format(name=name)
     whose = "" if "{name}" in OPTION_TABLES[kind] else f" ({kind} '{name}')"
-    problems += [f"{table}.{k} must be {allowed(hints[k])}, got {v!r}{whose}"
-                 for k, v in options.items() if k in params and k in hints and not fits(v, hints[k])]
+    problems += [f"{table}.{k} must be {allowed(types[k])}, got {v!r}{whose}"
+                 for k, v in options.items() if k in types and is_numeric(types[k]) and not fits(v, types[k])]
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -55,7 +59,8 @@ COMMON_OPTIONS = ("held_out",)
 
 
 def check_dataset_options(name: str, options: dict[str, Any]) -> None:
-    """Raise one :class:`ConfigError` naming every option dataset ``name`` does not accept."""
+    """Raise one :class:`ConfigError` naming every option dataset ``name`` does not accept and every
+    number or flag of the wrong type (see :func:`check_options`)."""
     check_options("dataset", name, DATASETS.get(name), options, COMMON_OPTIONS)
 
 

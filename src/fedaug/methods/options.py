@@ -8,33 +8,55 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from torch import nn
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.typecheck import fits, is_finite_number
 from fedaug.methods.component import ClientCtx
 from fedaug.privacy.noise import SCALES as NOISE_SCALES
 
 
-
-def check_range(option: str, value: float, *, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False) -> None:
-    """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is in range.
+def range_problem(option: str, value: Any, *, lo: float | None = None, hi: float | None = None,
+                  lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> str | None:
+    """The message for ``value`` if it is not a finite number (with ``integer``: an integer) in
+    range, else ``None``; for components that collect every problem before raising.
 
     Args:
         option: ``"<component>.<option>"``, as the user writes it in a config.
-        value: the given value.
+        value: the given value (``bool`` is neither a number nor an integer here).
         lo, hi: the limits (``None``: unbounded); ``lo_open``/``hi_open`` exclude them.
+        integer: the option counts something (an ``int``, not ``2.5``).
+
+    >>> range_problem("fedprox.mu", float("nan"), lo=0.0)
+    'fedprox.mu must be a finite number >= 0, got nan'
+    >>> range_problem("ccvr.epochs", 2.5, lo=1, integer=True)
+    'ccvr.epochs must be an integer >= 1, got 2.5'
     """
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        parts.append(f"{'<' if hi_open else '<='} {hi:g}")
+    limits = " and ".join(parts)
+    if not (fits(value, int) if integer else is_finite_number(value)):
+        kind = "an integer" if integer else "a finite number"
+        return f"{option} must be {kind} {limits}".rstrip() + f", got {value!r}"
     too_low = lo is not None and (value <= lo if lo_open else value < lo)
     too_high = hi is not None and (value >= hi if hi_open else value > hi)
     if too_low or too_high:
-        parts = []
-        if lo is not None:
-            parts.append(f"{'>' if lo_open else '>='} {lo:g}")
-        if hi is not None:
-            parts.append(f"{'<' if hi_open else '<='} {hi:g}")
-        raise ConfigError(f"{option} must be {' and '.join(parts)}, got {value}")
+        return f"{option} must be {'an integer ' if integer else ''}{limits}, got {value}"
+    return None
+
+
+def check_range(option: str, value: Any, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> None:
+    """Raise ``ConfigError("fedprox.mu must be >= 0, got -1")`` unless ``value`` is a finite number
+    (NaN and inf are refused) in range; arguments as :func:`range_problem`."""
+    problem = range_problem(option, value, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open, integer=integer)
+    if problem:
+        raise ConfigError(problem)
 
 
 def warn_like_fedavg(setting: str, method: str, same_as: str = "FedAvg") -> None:
@@ -43,8 +65,8 @@ def warn_like_fedavg(setting: str, method: str, same_as: str = "FedAvg") -> None
 
 
 def check_probability(owner: str, key: str, value: float) -> float:
-    """``value`` if in [0, 1], else a :class:`ConfigError` naming ``owner.key``."""
-    if not 0.0 <= float(value) <= 1.0:
+    """``value`` (as a float) if it is a number in [0, 1], else a :class:`ConfigError` naming ``owner.key``."""
+    if not (is_finite_number(value) and 0.0 <= value <= 1.0):
         raise ConfigError(f"{owner}.{key} must be in [0, 1], got {value}")
     return float(value)
 
@@ -74,10 +96,10 @@ def attach_points(name: str, at: Sequence[str] | None, model: nn.Module, default
 
 
 def check_noise(owner: str, std: float, scale: str) -> None:
-    """Raise :class:`ConfigError` naming ``owner`` unless ``std >= 0`` and ``scale`` is known."""
+    """Raise :class:`ConfigError` naming ``owner`` unless ``std`` is a finite number >= 0 and ``scale`` is known."""
     problems = []
-    if not isinstance(std, (int, float)) or std < 0:
-        problems.append(f"{owner}.share_noise must be a number >= 0 (0 = no noise), got {std!r}")
+    if not is_finite_number(std) or std < 0:
+        problems.append(f"{owner}.share_noise must be a finite number >= 0 (0 = no noise), got {std!r}")
     if scale not in NOISE_SCALES:
         problems.append(f"{owner}.share_noise_scale must be one of {', '.join(NOISE_SCALES)}, got {scale!r}")
     if problems:

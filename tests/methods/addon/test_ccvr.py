@@ -70,7 +70,7 @@ def test_calibration_fixes_a_biased_head_for_every_client_alike():
 
 
 def test_options_are_checked():
-    with pytest.raises(ConfigError, match=r"ccvr.num_virtual must be >= 1, got 0"):
+    with pytest.raises(ConfigError, match=r"ccvr.num_virtual must be an integer >= 1, got 0"):
         CCVR(num_virtual=0)
 
 

@@ -116,11 +116,11 @@ def test_dcor_weight_schedule_of_the_public_code():
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"share_fraction": 1.5}, r"flea\.share_fraction must be in \[0, 1\], got 1.5"),
+    ({"share_fraction": 1.5}, r"flea\.share_fraction must be >= 0 and <= 1, got 1.5"),
     ({"beta": 0}, r"flea\.beta must be > 0"),
     ({"distill_on": "both"}, r"flea\.distill_on must be one of mixed, buffer, got 'both'"),
     ({"max_buffer": 0}, r"flea\.max_buffer must be an integer >= 1"),
-    ({"share_noise": -1}, r"flea\.share_noise must be a number >= 0"),
+    ({"share_noise": -1}, r"flea\.share_noise must be a finite number >= 0"),
 ])
 def test_bad_options_are_config_errors(options, match):
     with pytest.raises(ConfigError, match=match):

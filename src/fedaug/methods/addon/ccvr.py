@@ -96,10 +96,10 @@ class CCVR(Component):
     needs_global_model = True
 
     def __init__(self, *, num_virtual: int = 100, epochs: int = 10, lr: float = 0.01, batch_size: int = 64) -> None:
-        check_range("ccvr.num_virtual", num_virtual, lo=1)
-        check_range("ccvr.epochs", epochs, lo=1)
+        check_range("ccvr.num_virtual", num_virtual, lo=1, integer=True)
+        check_range("ccvr.epochs", epochs, lo=1, integer=True)
         check_range("ccvr.lr", lr, lo=0.0, lo_open=True)
-        check_range("ccvr.batch_size", batch_size, lo=1)
+        check_range("ccvr.batch_size", batch_size, lo=1, integer=True)
         self.num_virtual, self.epochs, self.lr, self.batch_size = num_virtual, epochs, lr, batch_size
 
     # --- client side -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.layers.mixing import soft_labels
 from fedaug.methods.aug._sharing import PoolAug
 from fedaug.methods.component import Batch, ClientCtx
+from fedaug.methods.options import check_range
 from fedaug.methods.recipe import METHODS
 
 
@@ -38,8 +39,7 @@ class FedData(PoolAug):
     def __init__(self, *, fraction: float = 0.1, per_batch: float = 0.5) -> None:
         if not 0.0 < fraction <= 1.0:
             raise ConfigError(f"feddata.fraction must be in (0, 1], got {fraction}")
-        if per_batch <= 0:
-            raise ConfigError(f"feddata.per_batch must be > 0, got {per_batch}")
+        check_range("feddata.per_batch", per_batch, lo=0.0, lo_open=True)
         self.fraction, self.per_batch = float(fraction), float(per_batch)
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:

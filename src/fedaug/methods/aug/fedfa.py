@@ -13,7 +13,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance, t_modulation
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
-from fedaug.methods.options import check_choice, check_probability
+from fedaug.methods.options import check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -71,17 +71,16 @@ class FedFA(FeatureStatsAug):
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.variance = check_choice(self.name, "variance", variance, tuple(VARIANTS))
+        if lam is not None:
+            check_range("fedfa.lam", lam, lo=0.0)
+        check_range("fedfa.eps", eps, lo=0.0, lo_open=True)
         if lam is not None and variance != "fixed":
             warnings.warn(f"fedfa.lam={lam} does nothing with variance={variance!r} (only 'fixed' uses it)",
                           stacklevel=2)
         self.lam = 0.5 if lam is None else float(lam)
-        if self.lam < 0:
-            raise ConfigError(f"fedfa.lam must be >= 0, got {lam}")
         if official_compat and variance != "fused":
             raise ConfigError(f"fedfa.official_compat reproduces the public code's fused variance; "
                               f"got variance={variance!r}: drop one of the two options")
-        if eps <= 0:
-            raise ConfigError(f"fedfa.eps must be > 0, got {eps}")
         if self.p == 0.0:
             warnings.warn("fedfa.p=0 never augments: FedFA is then FedAvg plus statistics traffic", stacklevel=2)
         self.official_compat, self.eps = bool(official_compat), float(eps)

@@ -27,7 +27,7 @@ from torch import Tensor
 from fedaug.core.errors import ConfigError
 from fedaug.layers.mixing import mix, soft_labels
 from fedaug.methods.aug._sharing import PoolAug
-from fedaug.methods.options import check_choice, check_noise, require_classification
+from fedaug.methods.options import check_choice, check_noise, check_range, require_classification
 from fedaug.methods.component import Batch, ClientCtx
 from fedaug.methods.recipe import METHODS
 from fedaug.privacy.noise import add_gaussian_noise
@@ -99,8 +99,7 @@ class FedMix(PoolAug):
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         if not 0.0 < lam < 1.0:
             raise ConfigError(f"fedmix.lam must be in (0, 1), got {lam}")
-        if not isinstance(mean_batch, int) or mean_batch < 1:
-            raise ConfigError(f"fedmix.mean_batch must be an integer >= 1, got {mean_batch!r}")
+        check_range("fedmix.mean_batch", mean_batch, lo=1, integer=True)
         self.lam, self.mean_batch = float(lam), mean_batch
         self.mode = check_choice(self.name, "mode", mode, MODES)
 

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import soft_labels
-from fedaug.methods.options import check_choice, check_noise, require_classification
+from fedaug.methods.options import check_choice, check_noise, range_problem, require_classification
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, extract_features,
                                             merge_buffer, mix_features, share_indices)
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
@@ -77,19 +77,15 @@ class FLea(Component):
                  dcor_decay_rounds: int = 20, dcor_squared: bool = True, distill_on: str = "mixed",
                  unmixed_ce: bool = False, max_buffer: int = 10_000, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute") -> None:
-        problems = []
-        if not 0.0 <= share_fraction <= 1.0:
-            problems.append(f"flea.share_fraction must be in [0, 1], got {share_fraction}")
-        if not beta > 0:
-            problems.append(f"flea.beta must be > 0 (Beta(a, a) concentration), got {beta}")
-        for key, v in (("distill_weight", distill_weight), ("dcor_weight", dcor_weight),
-                       ("dcor_final_weight", 0.0 if dcor_final_weight is None else dcor_final_weight)):
-            if v < 0:
-                problems.append(f"flea.{key} must be >= 0, got {v}")
-        if not isinstance(dcor_decay_rounds, int) or dcor_decay_rounds < 1:
-            problems.append(f"flea.dcor_decay_rounds must be an integer >= 1, got {dcor_decay_rounds!r}")
-        if not isinstance(max_buffer, int) or max_buffer < 1:
-            problems.append(f"flea.max_buffer must be an integer >= 1 (rows), got {max_buffer!r}")
+        problems = [p for p in (
+            range_problem("flea.share_fraction", share_fraction, lo=0.0, hi=1.0),
+            range_problem("flea.beta", beta, lo=0.0, lo_open=True),  # the Beta(a, a) concentration
+            range_problem("flea.distill_weight", distill_weight, lo=0.0),
+            range_problem("flea.dcor_weight", dcor_weight, lo=0.0),
+            None if dcor_final_weight is None else range_problem("flea.dcor_final_weight", dcor_final_weight, lo=0.0),
+            range_problem("flea.dcor_decay_rounds", dcor_decay_rounds, lo=1, integer=True),
+            range_problem("flea.max_buffer", max_buffer, lo=1, integer=True),
+        ) if p]
         if problems:
             raise ConfigError("; ".join(problems))
         check_noise(self.name, share_noise, share_noise_scale)

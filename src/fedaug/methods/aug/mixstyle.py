@@ -8,11 +8,10 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part
 from fedaug.layers.attach import AttachHandle, attach
 from fedaug.layers.mixing import MixStyleLayer
-from fedaug.methods.options import attach_points, check_at, check_probability
+from fedaug.methods.options import attach_points, check_at, check_probability, check_range
 from fedaug.methods.component import ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
 
@@ -35,8 +34,8 @@ class MixStyle(Component):
     def __init__(self, *, p: float = 0.5, alpha: float = 0.1, at: Sequence[str] | None = None,
                  eps: float = 1e-6) -> None:
         self.p = check_probability(self.name, "p", p)
-        if alpha <= 0:
-            raise ConfigError(f"mixstyle.alpha must be > 0, got {alpha}")
+        check_range("mixstyle.alpha", alpha, lo=0.0, lo_open=True)
+        check_range("mixstyle.eps", eps, lo=0.0, lo_open=True)
         self.alpha, self.eps, self.at = float(alpha), float(eps), check_at(self.name, at)
         self.handle: AttachHandle | None = None
 

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 from fedaug.layers.mixing import mix, sample_beta, soft_labels
-from fedaug.methods.options import require_classification
+from fedaug.methods.options import check_range, require_classification
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 from fedaug.models.split import forward_back, forward_front, split_stages
@@ -26,8 +26,7 @@ INPUT = "input"
 
 
 def _check_alpha(name: str, alpha: float) -> float:
-    if not alpha > 0:
-        raise ConfigError(f"{name}.alpha must be > 0, got {alpha}")
+    check_range(f"{name}.alpha", alpha, lo=0.0, lo_open=True)
     return float(alpha)
 
 

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from fedaug.core.errors import ConfigError
 from fedaug.layers.attach import AttachHandle, attach
 from fedaug.layers.mixing import MOMENTS, MoExLayer, mix, soft_labels
-from fedaug.methods.options import attach_points, check_choice, check_probability, require_classification
+from fedaug.methods.options import attach_points, check_choice, check_probability, check_range, require_classification
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 
@@ -43,6 +43,7 @@ class MoEx(Component):
             raise ConfigError(f"moex.at must be one module name, got {at!r}")
         self.at = at
         self.moments = check_choice(self.name, "moments", moments, tuple(MOMENTS))
+        check_range("moex.eps", eps, lo=0.0, lo_open=True)
         self.eps = float(eps)
         self.handle: AttachHandle | None = None
 

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import NOISE_SCALES, FFALayer
 from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
-from fedaug.methods.options import check_choice, check_probability
+from fedaug.methods.options import check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -66,10 +65,8 @@ class VFDA(FeatureStatsAug):
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", kernel: str = "off") -> None:
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
-        if eta0 < 0:
-            raise ConfigError(f"vfda.eta0 must be >= 0, got {eta0}")
-        if eps <= 0:
-            raise ConfigError(f"vfda.eps must be > 0, got {eps}")
+        check_range("vfda.eta0", eta0, lo=0.0)
+        check_range("vfda.eps", eps, lo=0.0, lo_open=True)
         self.eta0, self.emd, self.eps = float(eta0), bool(emd), float(eps)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.global_variance = bool(global_variance)
