@@ -78,6 +78,15 @@ def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, cap
         (["method.options.fedprox.mu=0.1"], "options given for method component(s) not in the recipe: fedprox"),
         (["data.name=fashion_mnist", "data.options={}", "data.options.root=/nonexistent/fmnist"],
          "/nonexistent/fmnist"),
+        (["train.lr=nan"], "'train.lr' must be a finite number, got nan"),
+        (["train.participation=nan"], "'train.participation' must be a finite number, got nan"),
+        (["train.momentum=inf"], "'train.momentum' must be a finite number, got inf"),
+        (["train.min_clients=1.5"], "'train.min_clients' must be an integer, got 1.5"),
+        (["data.options.num_clients=2.5"], "data.options.num_clients must be an integer, got 2.5 (dataset 'synthetic')"),
+        (["method.augs=[fedprox]", "method.options.fedprox.mu=inf"],
+         "method.options.fedprox.mu must be a finite number, got inf"),
+        (["method.augs=[fedrdn]", "method.options.fedrdn.share_noise=nan"],
+         "method.options.fedrdn.share_noise must be a finite number, got nan"),
     ],
 )
 def test_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, capsys, args, match):

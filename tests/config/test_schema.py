@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
+import typing
 
 import pytest
 
@@ -88,3 +90,74 @@ def test_load_config_from_preset_with_overrides_and_errors(tmp_path):
 def test_describe_lists_every_key_with_help():
     keys = {k for k, _, _ in describe()}
     assert {"seed", "train.lr", "train.participation", "eval.best_by", "method.augs"} <= keys
+
+
+def _leaf_fields(want: type) -> list[str]:
+    """Every schema key whose field is annotated ``want`` (walked from the schema itself)."""
+    def walk(cls: type, prefix: str) -> list[str]:
+        out = []
+        for name, tp in typing.get_type_hints(cls).items():
+            if dataclasses.is_dataclass(tp):
+                out += walk(tp, f"{prefix}{name}.")
+            elif tp is want:
+                out.append(f"{prefix}{name}")
+        return out
+
+    return walk(RunConfig, "")
+
+
+FLOAT_KEYS = _leaf_fields(float)
+INT_KEYS = _leaf_fields(int)
+
+
+def _nested(key: str, value: object) -> dict[str, object]:
+    *tables, leaf = key.split(".")
+    raw: dict[str, object] = {leaf: value}
+    for t in reversed(tables):
+        raw = {t: raw}
+    return raw
+
+
+def test_the_schema_enumeration_finds_the_numeric_keys():
+    assert {"train.lr", "train.participation", "train.momentum", "train.weight_decay", "train.lr_decay",
+            "train.lr_min"} == set(FLOAT_KEYS)
+    assert {"seed", "train.rounds", "train.min_clients", "train.local_epochs", "train.local_steps",
+            "eval.batch_size"} <= set(INT_KEYS)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_every_float_key_refuses_nan_and_inf(key, value):
+    with pytest.raises(ConfigError, match=rf"'{key}' must be a finite number, got -?(nan|inf)"):
+        validate(_nested(key, value))
+
+
+@pytest.mark.parametrize("value", [1.5, True], ids=["fraction", "bool"])
+@pytest.mark.parametrize("key", INT_KEYS)
+def test_every_integer_key_refuses_fractions_and_booleans(key, value):
+    with pytest.raises(ConfigError, match=rf"'{key}' must be an integer, got {value}"):
+        validate(_nested(key, value))
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"data": {"options": {"domains": ["mnist", None]}}},
+         r"'data.options.domains\[1\]' is None, which a TOML list cannot hold; remove it"),
+        ({"model": {"options": {1: 2}}}, r"'model.options' has the key 1 \(int\); keys must be strings"),
+        ({"data": {"options": {"root": object()}}},
+         r"'data.options.root' is <object object .*> \(object\), which a TOML config cannot hold"),
+        ({"name": "run\ud800"}, r"'name' holds '\\ud800', a lone surrogate that cannot be written as UTF-8"),
+        ({"method": {"options": {"fedprox": 3}}}, r"'method.options' must be a table of tables, got \{'fedprox': 3\}"),
+        ({"method": {"augs": ["fedfa", 1]}}, r"'method.augs' must be a list of strings"),
+        ({"name": "x" * 201}, r"'name' is 201 characters long; a run name may have at most 200"),
+    ],
+)
+def test_values_a_config_file_cannot_hold_are_refused(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(raw)
+
+
+def test_none_options_stay_defaults_and_are_not_written():
+    cfg = validate({"method": {"augs": ["fedfa"], "options": {"fedfa": {"lam": None}}}})
+    assert "lam" not in tomllib.loads(dump_toml(cfg.to_dict()))["method"]["options"]["fedfa"]

@@ -8,7 +8,6 @@ import warnings
 
 import pytest
 
-import fedaug.methods  # noqa: F401  (registers the components)
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
 from fedaug.core.typecheck import fits, is_numeric
