@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from fedaug.config.schema import RunConfig, validate
+from fedaug.core.typecheck import fits, is_numeric
+from fedaug.data.registry import option_types
 from fedaug.layers import kernel
 
 
@@ -21,6 +25,16 @@ def tiny_raw(**train: Any) -> dict[str, Any]:
         "eval": {"every": 1},
         "checkpoint_every": 1,
     }
+
+
+#: values no number option accepts
+NON_FINITE = (math.nan, math.inf, -math.inf)
+
+
+def numeric_options(fn: Callable[..., Any], *, fractional: bool) -> list[str]:
+    """The options of ``fn`` (a registered builder or component ``__init__``) that take numbers, read
+    from its annotations: with ``fractional`` those that accept 0.5, else the counts (integers only)."""
+    return [k for k, tp in option_types(fn).items() if is_numeric(tp) and fits(1, tp) and fits(0.5, tp) == fractional]
 
 
 @pytest.fixture

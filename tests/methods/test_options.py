@@ -10,24 +10,14 @@ import pytest
 
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
-from fedaug.core.typecheck import fits, is_numeric
-from fedaug.data.registry import option_types
 from fedaug.engine.simulate import run_experiment
 from fedaug.methods.options import check_noise, check_probability, check_range, range_problem
 from fedaug.methods.recipe import METHODS, build_recipe
-from tests.conftest import tiny_raw
+from tests.conftest import NON_FINITE, numeric_options, tiny_raw
 
 
-def _options(accepts: float) -> list[tuple[str, str]]:
-    """``(component, option)`` for every numeric option of every registered component whose
-    annotation accepts the value ``accepts`` (0.5: the float options; 1 and not 0.5: the counts)."""
-    return [(name, key) for name in METHODS.names() for key, tp in option_types(METHODS.get(name).__init__).items()
-            if is_numeric(tp) and fits(accepts, tp) and (accepts != 1 or not fits(0.5, tp))]
-
-
-FLOATS = _options(0.5)
-COUNTS = _options(1)
-NON_FINITE = [math.nan, math.inf, -math.inf]
+FLOATS = [(n, k) for n in METHODS.names() for k in numeric_options(METHODS.get(n).__init__, fractional=True)]
+COUNTS = [(n, k) for n in METHODS.names() for k in numeric_options(METHODS.get(n).__init__, fractional=False)]
 
 
 def test_the_enumeration_finds_the_known_options():

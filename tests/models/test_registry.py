@@ -10,6 +10,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.rng import scoped_global_seed
 from fedaug.layers.attach import attach_default
 from fedaug.models import MODELS, build_model, forward_back, forward_front, split_stages
+from tests.conftest import numeric_options
 
 # name: (in_channels, num_classes, small input shape without batch, output shape without batch)
 CASES = {
@@ -109,3 +110,16 @@ def test_a_few_sgd_steps_reduce_the_loss_on_a_fixed_batch(name):
 def test_unknown_option_names_the_option_and_the_valid_ones():
     with pytest.raises(ConfigError, match=r"no option 'hiden' \(did you mean 'hidden'\?\).*hidden"):
         build_model("alexnet_bn", in_channels=3, num_classes=10, hiden=512)
+
+
+# in_channels and num_classes come from the dataset; the rest are model.options
+COUNTS = [(n, k) for n in MODELS.names() for k in numeric_options(MODELS.get(n), fractional=False)
+          if k not in ("in_channels", "num_classes")]
+
+
+@pytest.mark.parametrize("value", [2.5, True, float("nan")], ids=["fraction", "bool", "nan"])
+@pytest.mark.parametrize("name, key", COUNTS, ids=[f"{n}.{k}" for n, k in COUNTS])
+def test_every_count_option_refuses_fractions_and_booleans(name, key, value):
+    cin, ncls, _, _ = CASES[name]
+    with pytest.raises(ConfigError, match=rf"^model\.options\.{key} must be .*integer.*, got .* \(model '{name}'\)$"):
+        build_model(name, in_channels=cin, num_classes=ncls, **{key: value})

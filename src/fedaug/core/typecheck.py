@@ -112,7 +112,7 @@ def allowed(tp: Any) -> str:
     ('an integer', 'a list of finite numbers or a finite number', 'a table of tables')
     """
     if _is_union(tp):
-        return " or ".join(allowed(a) for a in typing.get_args(tp) if a is not type(None))
+        return " or ".join(dict.fromkeys(allowed(a) for a in typing.get_args(tp) if a is not type(None)))
     if _base(tp) in _SINGULAR:
         return _SINGULAR[_base(tp)]
     element = _element(tp)
