@@ -42,3 +42,23 @@ def test_context_attack_finds_a_marker_the_representation_keeps_and_not_one_it_d
     assert elsewhere[0]["accuracy"] < 0.75
     with pytest.raises(ConfigError, match=r"needs 100 inputs \(group_size=2 x \(max train size 40 \+ test_size 10\)\)"):
         context_attack(lambda g: g.mean(1), x, train_sizes=[40], test_size=10, group_size=2)
+
+
+@pytest.mark.parametrize("kw, got", [
+    ({"epochs": 0}, "epochs = 0"), ({"batch_size": 0}, "batch_size = 0"), ({"aux": 0}, "attacker samples = 0"),
+    ({"test": 0}, "test samples = 0"),
+])
+def test_reconstruction_attack_refuses_empty_training_and_data(kw, got):
+    x = torch.rand(6, 1, 4, 4)
+    aux, test = kw.pop("aux", 3), kw.pop("test", 3)
+    with pytest.raises(ConfigError, match=rf"reconstruction attack needs at least 1 of each of epochs, batch_size, "
+                                          rf"attacker samples, test samples, got {got}"):
+        reconstruction_attack(x[:aux], x[:aux], x[6 - test:], x[6 - test:], **kw)
+
+
+@pytest.mark.parametrize("kw", [{"train_sizes": []}, {"train_sizes": [0, 5]}, {"test_size": 0}, {"group_size": 0}])
+def test_context_attack_refuses_sizes_below_one(kw):
+    args = {"train_sizes": [5], "test_size": 5, **kw}
+    with pytest.raises(ConfigError, match=r"context attack needs train_sizes >= 1 \(at least one\), test_size >= 1 "
+                                          r"and group_size >= 1"):
+        context_attack(lambda g: g.flatten(1), torch.rand(20, 1, 4, 4), **args)

@@ -51,3 +51,52 @@ def test_run_without_checkpoint_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "config.toml").write_text("")
     assert main(["privacy", "dcor", str(tmp_path)]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def _run(tmp_path_factory, method: dict, **train) -> str:
+    raw = tiny_raw(rounds=2, **train)
+    raw["out_dir"] = str(tmp_path_factory.mktemp("runs"))
+    raw["method"] = method
+    _, run_dir = run_experiment(validate(raw), quiet=True)
+    return str(run_dir.path)
+
+
+def test_a_run_that_shares_no_features_has_exposure_zero_and_says_why(tmp_path_factory, capsys):
+    run = _run(tmp_path_factory, {"base": "fedavg", "augs": ["fedrdn"]})  # every client sampled: FLea's schedule gave 1
+    assert main(["privacy", "exposure", run, "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out) == [{"round": 1, "exposure": 0.0}, {"round": 2, "exposure": 0.0}]
+    assert ("the run's method (fedavg + fedrdn) passes no client's features or samples to others "
+            "(only flea, feddata, fedmix do), so its exposure is 0 in every round") in out.err
+
+
+def test_a_shared_pool_exposes_everyone_once_everyone_has_contributed(tmp_path_factory, capsys):
+    run = _run(tmp_path_factory, {"base": "fedavg", "augs": ["feddata"]})
+    assert main(["privacy", "exposure", run, "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert [r["exposure"] for r in json.loads(out.out)] == [0.0, 1.0] and out.err == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["dcor", "--samples", "0"], "argument --samples: must be an integer >= 2, got '0'"),
+    (["dcor", "--samples", "1"], "argument --samples: must be an integer >= 2, got '1'"),
+    (["attack", "--kind", "reconstruction", "--samples", "-3"], "argument --samples: must be an integer >= 2, got '-3'"),
+    (["attack", "--kind", "reconstruction", "--samples", "2.5"], "argument --samples: must be an integer >= 2, got '2.5'"),
+    (["attack", "--kind", "reconstruction", "--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
+    (["attack", "--kind", "context", "--train-sizes", "10,x"],
+     "argument --train-sizes: must be comma-separated integers >= 1 (e.g. 10,30,100), got '10,x'"),
+    (["attack", "--kind", "context", "--train-sizes", "0,10"],
+     "argument --train-sizes: must be comma-separated integers >= 1 (e.g. 10,30,100), got '0,10'"),
+])
+def test_bad_numbers_exit_2_naming_the_argument_and_the_allowed_range(tmp_path, capsys, args, message):
+    action, *rest = args
+    with pytest.raises(SystemExit) as exc:
+        main(["privacy", action, str(tmp_path), *rest])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_context_attack_needs_more_samples_than_its_largest_training_set(tmp_path, capsys):
+    assert main(["privacy", "attack", str(tmp_path), "--kind", "context", "--samples", "30",
+                 "--train-sizes", "10,30"]) == 2
+    assert ("--samples (30) must exceed the largest --train-sizes entry (30): the attacker is tested on the rest; "
+            "raise --samples or lower --train-sizes") in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
-from fedaug.privacy.exposure import exchange_matrices, feature_exposure, flea_schedule
+from fedaug.privacy.exposure import exchange_matrices, feature_exposure, flea_schedule, pool_schedule
 
 
 def test_hand_made_schedule():
@@ -17,6 +17,22 @@ def test_hand_made_schedule():
     # round 1: nothing shared; round 2: 0-2, 1-2; round 3: + 2-1 (known), 2-3; round 4: + 1-0, 3-0
     pairs = [0, 2, 3, 5]
     assert eps == pytest.approx([p * 2 / 12 for p in pairs])
+
+
+def test_pool_schedule_passes_every_earlier_share_to_each_later_client():
+    # 4 clients; round 1 samples {0, 1}, round 2 {2}, round 3 {1, 3}, round 4 {0}
+    contributors, receivers = pool_schedule([[0, 1], [2], [1, 3], [0]])
+    assert contributors == [[], [0, 1], [0, 1, 2], [0, 1, 2, 3]] and receivers == [[0, 1], [2], [1, 3], [0]]
+    # round 2: 0-2, 1-2; round 3: + 0-1 (own pair), 0-3, 1-3, 2-3 (2-1 known); round 4: nothing new
+    assert feature_exposure(contributors, receivers, 4) == pytest.approx([0.0, 2 / 6, 6 / 6, 6 / 6])
+
+
+def test_full_participation_pool_exposes_everyone_after_one_round():
+    assert feature_exposure(*pool_schedule([[0, 1, 2]] * 3), 3) == [0.0, 1.0, 1.0]
+
+
+def test_nothing_shared_is_zero_exposure():
+    assert feature_exposure([[], []], [[0, 1, 2], [0, 1, 2]], 3) == [0.0, 0.0]
 
 
 def test_matrices_are_symmetric_cumulative_without_diagonal():

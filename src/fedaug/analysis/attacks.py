@@ -88,7 +88,16 @@ def reconstruction_attack(f_aux: Tensor, x_aux: Tensor, f_test: Tensor, x_test: 
         x_aux, x_test: the matching inputs ``(N, C, *s)``.
         epochs, lr, batch_size: decoder training (paper: 20 epochs, lr 1e-3).
         seed: seeds the initialisation and the shuffling.
+
+    Raises:
+        ConfigError: ``epochs`` or ``batch_size`` below 1, no attacker or test samples, or
+            features and inputs with different numbers of spatial dims.
     """
+    counts = {"epochs": epochs, "batch_size": batch_size, "attacker samples": f_aux.shape[0],
+              "test samples": f_test.shape[0]}
+    low = [f"{k} = {v}" for k, v in counts.items() if v < 1]
+    if low:
+        raise ConfigError(f"reconstruction attack needs at least 1 of each of {', '.join(counts)}, got {', '.join(low)}")
     if f_aux.dim() != x_aux.dim():
         raise ConfigError(f"features {tuple(f_aux.shape[1:])} and inputs {tuple(x_aux.shape[1:])} must have the "
                           "same number of spatial dims for the conv decoder; split at a convolutional stage")
@@ -151,7 +160,13 @@ def context_attack(represent: Callable[[Tensor], Tensor], x: Tensor, *, train_si
 
     Returns:
         ``[{"train_size": n, "accuracy": acc}, ...]`` in the order of ``train_sizes``.
+
+    Raises:
+        ConfigError: no train size, a size below 1, or fewer inputs than the sizes need.
     """
+    if not train_sizes or min(train_sizes) < 1 or test_size < 1 or group_size < 1:
+        raise ConfigError(f"context attack needs train_sizes >= 1 (at least one), test_size >= 1 and group_size >= 1, "
+                          f"got {list(train_sizes)}, {test_size} and {group_size}")
     need = group_size * (max(train_sizes) + test_size)
     if x.shape[0] < need:
         raise ConfigError(f"context attack needs {need} inputs (group_size={group_size} x (max train size "

@@ -37,6 +37,8 @@ def pooled(data: FederatedData, split: str, num: int, seed: int) -> tuple[Tensor
     (``"train"``, ``"val"`` or ``"test"``): ``x (num, *in_shape)``, ``y (num,)``."""
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split must be one of train, val, test, got {split!r}")
+    if num < 1:
+        raise ConfigError(f"the number of pooled samples must be >= 1, got {num}")
     x = torch.cat([getattr(c, split).x for c in data.clients])
     y = torch.cat([getattr(c, split).y for c in data.clients])
     if num > x.shape[0]:
@@ -46,7 +48,15 @@ def pooled(data: FederatedData, split: str, num: int, seed: int) -> tuple[Tensor
 
 
 def feature_dcor(model: nn.Module, x: Tensor, stage: str, *, batch: int = 64, squared: bool = True) -> float:
-    """Mean over batches of ``batch`` samples of dCor(x, theta[:l](x)) (Eq. 8), as in training."""
+    """Mean over batches of ``batch`` samples of dCor(x, theta[:l](x)) (Eq. 8), as in training
+    (a last batch of one sample is left out: dCor needs two).
+
+    Raises:
+        ConfigError: fewer than 2 samples, or ``batch`` below 2.
+    """
+    if x.shape[0] < 2 or batch < 2:
+        raise ConfigError(f"dCor needs at least 2 samples and batches of at least 2, got {x.shape[0]} samples "
+                          f"in batches of {batch}")
     with torch.no_grad():
         f = extract_features(model.eval(), x, stage)
         vals = [float(distance_correlation(x[i : i + batch], f[i : i + batch], squared=squared))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,34 @@ from fedaug.core.serialize import load_tensors
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.models.split import forward_front
-from fedaug.privacy.exposure import feature_exposure, flea_schedule
+from fedaug.privacy.exposure import feature_exposure, flea_schedule, pool_schedule
+
+Schedule = Callable[[Sequence[Sequence[int]]], tuple[list[list[int]], list[list[int]]]]
+#: the components that pass one client's features or samples to others, and when (their receivers
+#: are each round's sampled clients); every other component shares none (weights, statistics)
+SHARING: dict[str, Schedule] = {"flea": flea_schedule, "feddata": pool_schedule, "fedmix": pool_schedule}
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer ``>= lo``, else an error naming the allowed range."""
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return value
+
+    return parse
+
+
+def train_sizes(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated integers ``>= 1``."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1 (e.g. 10,30,100), got {text!r}")
+    return sizes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,10 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         q.add_argument("--format", choices=("table", "json"), default="table")
     for q in (d, a):
         q.add_argument("--stage", help="split stage (default: the run's flea.stage, else the model's first feature stage)")
-        q.add_argument("--samples", type=int, default=512, help="samples pooled over clients (default 512)")
+        q.add_argument("--samples", type=int_at_least(2), default=512,
+                       help="samples pooled over clients, >= 2 (default 512)")
     a.add_argument("--kind", choices=("reconstruction", "context"), required=True)
-    a.add_argument("--epochs", type=int, default=20, help="decoder epochs (reconstruction)")
-    a.add_argument("--train-sizes", default="10,30,100,300", help="attacker training-set sizes (context)")
+    a.add_argument("--epochs", type=int_at_least(1), default=20, help="decoder epochs (reconstruction)")
+    a.add_argument("--train-sizes", type=train_sizes, default="10,30,100,300",
+                   help="attacker training-set sizes (context); --samples must exceed the largest")
     a.add_argument("--png", help="save originals next to reconstructions here (reconstruction)")
     for q, fn in ((e, exposure), (d, dcor_rounds), (a, attack)):
         q.set_defaults(func=fn)
@@ -79,12 +110,22 @@ def _emit(rows: list[dict[str, Any]], fmt: str) -> int:
 
 
 def exposure(args: argparse.Namespace) -> int:
+    """eps(t) per round under the exchange schedule of the run's sharing components (:data:`SHARING`);
+    0 in every round, with a note on stderr, for a run that shares no features or samples."""
     run_dir = RunDir.open(args.run_dir)
     summary = run_dir.read_summary()
     if summary is None:
         raise ConfigError(f"'{args.run_dir}' has no summary.json; finish the run first (fedaug resume)")
-    contributors, receivers = flea_schedule([r["sampled"] for r in run_dir.rounds()])
-    eps = feature_exposure(contributors, receivers, len(summary["clients"]))
+    method = parse_config(read_toml(run_dir.path / CONFIG)).method
+    sharing = [n for n in (method.base, *method.augs) if n in SHARING]
+    if not sharing:
+        print(f"fedaug: note: the run's method ({' + '.join((method.base, *method.augs))}) passes no client's "
+              f"features or samples to others (only {', '.join(SHARING)} do), so its exposure is 0 in every round",
+              file=sys.stderr)
+    sampled = [r["sampled"] for r in run_dir.rounds()]
+    schedules = [SHARING[n](sampled)[0] for n in sharing]
+    contributors = [sorted(set().union(*(s[t] for s in schedules))) for t in range(len(sampled))]
+    eps = feature_exposure(contributors, sampled, len(summary["clients"]))
     return _emit([{"round": t + 1, "exposure": e} for t, e in enumerate(eps)], args.format)
 
 
@@ -98,6 +139,10 @@ def dcor_rounds(args: argparse.Namespace) -> int:
 
 
 def attack(args: argparse.Namespace) -> int:
+    if args.kind == "context" and args.samples <= max(args.train_sizes):
+        raise ConfigError(f"--samples ({args.samples}) must exceed the largest --train-sizes entry "
+                          f"({max(args.train_sizes)}): the attacker is tested on the rest; raise --samples or "
+                          "lower --train-sizes")
     sim, _ = _simulation(args.run_dir)
     model, stage = global_model(sim), _stage(sim, args.stage)
     x, _ = pooled(sim.data, "test", args.samples, sim.cfg.seed)
@@ -110,7 +155,7 @@ def attack(args: argparse.Namespace) -> int:
         if args.png:
             save_reconstructions(Path(args.png), x[half:], {"reconstruction": res.reconstructions})
         return _emit([{"round": sim.round, "stage": stage, "test_mse": res.mse}], args.format)
-    sizes = [int(s) for s in args.train_sizes.split(",")]
-    rows = context_attack(lambda g: front(g.squeeze(1)), x, train_sizes=sizes, test_size=max(x.shape[0] - max(sizes), 1),
+    sizes = args.train_sizes
+    rows = context_attack(lambda g: front(g.squeeze(1)), x, train_sizes=sizes, test_size=x.shape[0] - max(sizes),
                           seed=sim.cfg.seed)
     return _emit(rows, args.format)

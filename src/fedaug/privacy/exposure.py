@@ -7,7 +7,8 @@ share with clients in t"). eps(t) is the fraction of ordered pairs of distinct c
 ``xi_ij = 1``: ``sum_{i != j} xi_ij / (K (K - 1))``, in [0, 1]; methods that broadcast every
 client's data to everyone (FedData, FedMix) have eps = 1 once everyone has shared. The paper
 divides by ``K^2``; excluding the diagonal makes "everyone with everyone" exactly 1 (the two
-differ by the factor ``(K - 1) / K``).
+differ by the factor ``(K - 1) / K``). A run whose method shares no features or samples (FedAvg,
+FedFA: statistics only) exchanges nothing, so its eps is 0 in every round.
 """
 
 from __future__ import annotations
@@ -72,3 +73,19 @@ def flea_schedule(sampled: Sequence[Sequence[int]]) -> tuple[list[list[int]], li
     the buffer of round t holds the features of round t - 1's clients."""
     receivers = [list(s) for s in sampled]
     return [[], *receivers[:-1]], receivers
+
+
+def pool_schedule(sampled: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """FedData's and FedMix's contributors and receivers (:mod:`fedaug.methods.aug._sharing`): a
+    client adds its share to the pool the first round it is sampled, and a sampled client receives
+    every row it lacks, so round t's clients receive the shares of every client sampled before t.
+
+    >>> pool_schedule([[0, 1], [2], [0]])
+    ([[], [0, 1], [0, 1, 2]], [[0, 1], [2], [0]])
+    """
+    receivers = [list(s) for s in sampled]
+    contributors, seen = [], set()
+    for clients in receivers:
+        contributors.append(sorted(seen))
+        seen.update(clients)
+    return contributors, receivers
