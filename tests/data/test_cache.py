@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from fedaug.data import cache
+from fedaug.core.serialize import load_tensors, save_tensors
 from fedaug.data.cache import cache_dir, cache_path, load_or_build, package_versions
 
 KEY = {"dataset": "toy", "seed": 0, "versions": {"numpy": "1.0"}}
@@ -72,6 +74,20 @@ def test_file_with_another_key_is_rebuilt() -> None:
     with pytest.warns(UserWarning, match="holds another key"):
         load_or_build(KEY, build, "toy")
     assert build.calls == 2
+
+
+def test_record_missing_a_tensor_is_rebuilt_naming_the_file_and_the_tensor() -> None:
+    build = CountingBuild()
+    load_or_build(KEY, build, "toy", ("x", "y"))
+    path = cache_path(KEY, "toy")
+    stored = load_tensors(path)
+    save_tensors(path, {"key": stored["key"], "record": {"x": stored["record"]["x"]}})  # "y" lost
+    with pytest.warns(UserWarning, match=rf"cache file '{re.escape(str(path))}' has no tensor 'y' \(it holds 'x'\); "
+                                         r"rebuilding it"):
+        record = load_or_build(KEY, build, "toy", ("x", "y"))
+    assert build.calls == 2 and torch.equal(record["y"], torch.tensor([0, 1]))
+    load_or_build(KEY, build, "toy", ("x", "y"))
+    assert build.calls == 2  # the rebuilt file is complete
 
 
 def test_unwritable_cache_dir_warns_and_still_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError, DataError
+from fedaug.core.serialize import load_tensors, save_tensors
 from fedaug.data import DATASETS, FederatedData, load_dataset
 from fedaug.data import digits4 as d4
 from fedaug.data.digits4 import DOMAINS, digits4
@@ -116,6 +117,17 @@ def test_corrupted_cache_file_is_regenerated(data: FederatedData, fresh_cache: P
     with pytest.warns(UserWarning, match="unreadable"):
         again = digits4(seed=0, samples_per_domain=N, domains=["usps_like"])
     assert torch.equal(again.clients[0].train.x, data.clients[1].train.x)
+
+
+def test_a_cache_file_with_out_of_range_labels_is_a_data_error(fresh_cache: Path) -> None:
+    digits4(seed=0, samples_per_domain=N, domains=["usps_like"])
+    (path,) = fresh_cache.glob("digits4-usps_like-*.pt")
+    stored = load_tensors(path)
+    stored["record"]["y"][:3] = torch.tensor([10, -1, 10])
+    save_tensors(path, stored)
+    with pytest.raises(DataError, match=r"^digits4: labels must be integer class indices in 0\.\.9 .*client 'usps_like' "
+                                        r"\w+ has label\(s\) (-1, 10|-1|10).*\$FEDAUG_CACHE is deleted\)$"):
+        digits4(seed=0, samples_per_domain=N, domains=["usps_like"])
 
 
 def test_gray_small_images_and_domain_subset(module_cache: Path) -> None:

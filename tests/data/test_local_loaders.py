@@ -59,6 +59,18 @@ def test_emnist_idx_and_mat(tmp_path: Path) -> None:
         load_dataset("emnist", seed=0, root=str(empty))
 
 
+def test_out_of_range_labels_in_a_local_directory_are_a_data_error(tmp_path: Path) -> None:
+    labels = (np.arange(124) % 62).astype(np.uint8)
+    labels[[5, 9]] = [70, 99]  # not EMNIST byclass classes
+    for s in ("train", "test"):
+        write_idx(tmp_path / f"emnist-byclass-{s}-images-idx3-ubyte.gz", np.zeros((124, 28, 28), np.uint8))
+        write_idx(tmp_path / f"emnist-byclass-{s}-labels-idx1-ubyte.gz", labels)
+    with pytest.raises(DataError, match=r"^emnist: labels must be integer class indices in 0\.\.61 \(num_classes=62\); "
+                                        r"client 'client-\d' (train|val) has label\(s\) (70|99).*client 'client-\d' test "
+                                        r"has label\(s\) (70|99)"):
+        load_dataset("emnist", seed=0, root=str(tmp_path), partition="iid", num_clients=2)
+
+
 def write_fedbn(root: Path, prefix: str, sites: tuple[str, ...], classes: tuple[str, ...]) -> None:
     from PIL import Image
 

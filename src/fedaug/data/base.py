@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.errors import ConfigError, DataError, suggest
 from fedaug.data.partition import leave_one_group_out
 
 Task = Literal["classification", "segmentation"]
@@ -58,6 +58,21 @@ class ClientData:
     test: Split
 
 
+def label_problems(client: ClientData, num_classes: int) -> list[str]:
+    """What is wrong with ``client``'s labels: a split whose labels are not integers, or hold
+    values outside ``0..num_classes - 1`` (the first ten such values are named)."""
+    out = []
+    for split in ("train", "val", "test"):
+        y = getattr(client, split).y
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            out.append(f"client '{client.name}' {split} labels are {y.dtype}, not integer class indices")
+        elif y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+            bad = torch.unique(y[(y < 0) | (y >= num_classes)])
+            shown = ", ".join(str(v) for v in bad[:10].tolist()) + (", ..." if len(bad) > 10 else "")
+            out.append(f"client '{client.name}' {split} has label(s) {shown}")
+    return out
+
+
 @dataclass(frozen=True)
 class FederatedData:
     """A federated dataset: every client's splits plus what a model needs to know.
@@ -69,6 +84,11 @@ class FederatedData:
         input_shape: ``(C, *spatial)`` of one sample.
         clients: the clients, in client-id order (client id = position).
         info: provenance: source packages, whether anything is synthetic, the parameters used.
+
+    Raises:
+        DataError: a client's labels (class indices, or a segmentation's mask values) are not
+            integers in ``0..num_classes - 1``; the message names the dataset, the clients, the
+            splits and the bad values.
     """
 
     name: str
@@ -77,6 +97,14 @@ class FederatedData:
     input_shape: tuple[int, ...]
     clients: list[ClientData]
     info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = [p for c in self.clients for p in label_problems(c, self.num_classes)]
+        if problems:
+            raise DataError(f"{self.name}: labels must be integer class indices in 0..{self.num_classes - 1} "
+                            f"(num_classes={self.num_classes}); " + "; ".join(problems) + ". Correct the source "
+                            "data (a dataset generated into the cache is rebuilt once its file under $FEDAUG_CACHE "
+                            "is deleted)")
 
     @property
     def num_clients(self) -> int:

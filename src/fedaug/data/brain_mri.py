@@ -224,7 +224,7 @@ def brain_mri(
         key = {"format": FORMAT_VERSION, "site": site, "dims": dims, **geometry, "min_brain": min_brain,
                "versions": versions}
         rec = load_or_build(key, lambda s=site: _site_record(s, dims, size, patch, spacing, min_brain),
-                            f"brain_mri-{site}-{dims}d")
+                            f"brain_mri-{site}-{dims}d", ("x", "y", "block"))
         blocks = rec["block"].numpy()
         ids = np.unique(blocks)
         chosen = stratified_split(np.zeros(len(ids), np.int64), fractions, derive_seed(seed, "brain_mri", site))

@@ -2,7 +2,8 @@
 
 Files live under ``$FEDAUG_CACHE`` (default ``~/.cache/fedaug``), named by a hash of the key, and
 are written atomically with :func:`fedaug.core.serialize.save_tensors`. A file that cannot be read,
-or whose stored key differs from the requested one, is rebuilt rather than trusted.
+whose stored key differs from the requested one, or whose record lacks a tensor the caller needs,
+is rebuilt rather than trusted (with a warning naming the file and what was wrong).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -57,16 +58,18 @@ def cache_path(key: Key, prefix: str = "data") -> Path:
     return cache_dir() / f"{prefix}-{digest}.pt"
 
 
-def load_or_build(key: Key, build: Callable[[], Record], prefix: str = "data") -> Record:
+def load_or_build(key: Key, build: Callable[[], Record], prefix: str = "data", fields: Sequence[str] = ()) -> Record:
     """Return the cached record for ``key``, building and saving it on a miss.
 
-    A corrupted or mismatched file is rebuilt (with a warning); a cache directory that cannot be
-    written only warns, and the built record is still returned.
+    A corrupted or mismatched file, or one whose record lacks a tensor of ``fields``, is rebuilt
+    (with a warning); a cache directory that cannot be written only warns, and the built record is
+    still returned.
 
     Args:
         key: what the record depends on; see :func:`cache_path`.
         build: makes the record, a flat ``dict[str, Tensor]``, when it is not cached.
         prefix: readable start of the file name.
+        fields: the tensors the caller reads from the record (``("x", "y")``).
 
     Returns:
         The record; a cache hit equals what ``build`` returned when the file was written.
@@ -76,9 +79,15 @@ def load_or_build(key: Key, build: Callable[[], Record], prefix: str = "data") -
     if path.is_file():
         try:
             stored = load_tensors(path)
-            if stored["key"] == canonical and isinstance(stored["record"], dict):
-                return stored["record"]
-            warnings.warn(f"cache file '{path}' holds another key; rebuilding it", stacklevel=2)
+            record = stored["record"]
+            if stored["key"] == canonical and isinstance(record, dict):
+                missing = [f for f in fields if not isinstance(record.get(f), Tensor)]
+                if not missing:
+                    return record
+                warnings.warn(f"cache file '{path}' has no tensor {', '.join(map(repr, missing))} (it holds "
+                              f"{', '.join(map(repr, record)) or 'none'}); rebuilding it", stacklevel=2)
+            else:
+                warnings.warn(f"cache file '{path}' holds another key; rebuilding it", stacklevel=2)
         except (CheckpointError, KeyError, TypeError) as exc:
             warnings.warn(f"cache file '{path}' is unreadable ({exc}); rebuilding it", stacklevel=2)
     record = build()

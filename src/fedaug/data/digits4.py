@@ -311,7 +311,8 @@ def digits4(
     for domain in chosen:
         key = {"dataset": "digits4", "format": FORMAT_VERSION, "domain": domain, "seed": seed, "size": size,
                "samples": samples_per_domain, "versions": versions}  # fmt: skip
-        rec = load_or_build(key, lambda d=domain: _generate(d, samples_per_domain, size, seed), f"digits4-{domain}")
+        rec = load_or_build(key, lambda d=domain: _generate(d, samples_per_domain, size, seed), f"digits4-{domain}",
+                            ("x", "y"))
         clients += _domain_clients(domain, _to_channels(rec["x"], channels), rec["y"], params, seed)
     info = {
         "sources": {d: _SOURCES[d][0] for d in chosen},

@@ -127,7 +127,7 @@ def urbansound8k(*, seed: int, root: str | None = None, test_folds: list[int] | 
     csv_stat = (root / "metadata" / "UrbanSound8K.csv").stat()
     key = {"root": str(root.resolve()), "csv": [csv_stat.st_size, csv_stat.st_mtime_ns], "duration": duration,
            "n_mels": n_mels, "versions": package_versions(["numpy", "scipy", "torch"])}
-    rec = load_or_build(key, lambda: _us8k_features(root, rows, duration, n_mels), "urbansound8k")
+    rec = load_or_build(key, lambda: _us8k_features(root, rows, duration, n_mels), "urbansound8k", ("x", "y"))
     is_test = torch.tensor([int(r["fold"]) in test_folds for r in rows])
     x, y = rec["x"], rec["y"]
     clients = label_skew_clients("urbansound8k", x[~is_test], y[~is_test], x[is_test], y[is_test], seed, partition,

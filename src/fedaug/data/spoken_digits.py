@@ -137,7 +137,7 @@ def spoken_digits(
         key = {"format": FORMAT_VERSION, "voice": voice, "per_class": samples_per_class, "duration": duration,
                "n_mels": n_mels, "seed": seed, "espeak": version, "versions": package_versions(["numpy", "torch"])}
         rec = load_or_build(key, lambda v=voice: _build_client(v, samples_per_class, duration, n_mels, seed),
-                            f"spoken_digits-{voice}")
+                            f"spoken_digits-{voice}", ("x", "y"))
         parts = stratified_split(rec["y"].numpy(), fractions, derive_seed(seed, "spoken_digits", "split", voice))
         splits = [Split(rec["x"][torch.from_numpy(p)], rec["y"][torch.from_numpy(p)]) for p in parts]
         clients.append(ClientData(voice, voice, *splits))
