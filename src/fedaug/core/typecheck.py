@@ -4,7 +4,8 @@ The run schema's fields and every registered dataset, model and method component
 options with annotations; :func:`fits` checks a value against one and :func:`allowed` says what it
 allows, so a value of the wrong type fails up front with one clear message rather than as a
 traceback inside a builder or a round of training. Here ``bool`` is not an integer, an ``int`` is a
-valid ``float``, and a ``float`` must be finite (NaN and infinities are refused).
+valid ``float``, and a ``float`` must be finite (NaN and infinities are refused); numpy's scalars
+count as the Python numbers they stand for.
 
 Checked: ``int``, ``float``, ``bool``, ``str``, ``os.PathLike``, ``None``, unions of these,
 ``list[T]`` / ``tuple[T, ...]`` / ``Sequence[T]`` (a list or tuple, never a string) and
@@ -14,6 +15,7 @@ Checked: ``int``, ``float``, ``bool``, ``str``, ``os.PathLike``, ``None``, union
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import types
 import typing
@@ -25,13 +27,18 @@ _SINGULAR = {int: "an integer", float: "a finite number", bool: "true or false",
 _PLURAL = {int: "integers", float: "finite numbers", bool: "booleans", str: "strings", os.PathLike: "paths"}
 
 
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (numpy's too) other than a ``bool``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def is_finite_number(value: Any) -> bool:
-    """Whether ``value`` is an ``int`` or ``float`` (not a ``bool``) other than NaN and +-inf.
+    """Whether ``value`` is a real number (numpy's too), not a ``bool``, other than NaN and +-inf.
 
     >>> is_finite_number(0.5), is_finite_number(float("nan")), is_finite_number(True)
     (True, False, False)
     """
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -90,7 +97,7 @@ def fits(value: Any, tp: Any) -> bool:
     if tp is bool:
         return isinstance(value, bool)
     if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_integer(value)
     if tp is float:
         return is_finite_number(value)
     if tp in (str, os.PathLike) or _base(tp) is os.PathLike:
