@@ -70,6 +70,24 @@ class EvalConfig:
 
 
 @dataclass
+class TrustConfig:
+    max_abs: float = opt(1e6, "largest |value| any tensor a client sends may hold; a reply over it is rejected",
+                         lo=0.0, lo_open=True)
+    max_abs_parts: dict[str, float] = opt({}, "bounds that replace max_abs for some parts, by component "
+                                              "name (or 'meters'), e.g. {fedavg = 100.0}")
+    max_num_train: int = opt(10**9, "largest training-set size a SuperNode may report (its aggregation weight)",
+                             lo=1)
+
+    def bound(self, part: str) -> float | None:
+        """The magnitude bound of ``part``, a component's name; evaluation ``meters`` (sums of losses
+        and pixel counts, checked for sign and consistency instead) are unbounded unless
+        ``max_abs_parts`` names them."""
+        if part in self.max_abs_parts:
+            return float(self.max_abs_parts[part])
+        return None if part == "meters" else float(self.max_abs)
+
+
+@dataclass
 class RunConfig:
     seed: int = opt(0, "seed of every random stream", lo=0)
     name: str = opt("", "run name (default: preset or dataset-method)")
@@ -82,6 +100,7 @@ class RunConfig:
     method: MethodConfig = field(default_factory=MethodConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    trust: TrustConfig = field(default_factory=TrustConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""
@@ -154,6 +173,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         problems.append("set either 'train.local_epochs' or 'train.local_steps', not both")
     if t.local_epochs is None and t.local_steps is None:
         t.local_epochs = 1
+    for part, bound in cfg.trust.max_abs_parts.items():
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
+            problems.append(f"'trust.max_abs_parts.{part}' must be a finite number > 0, got {bound!r}")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
