@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.data.base import FederatedData
@@ -248,7 +249,11 @@ class Server:
         """Continue from :meth:`checkpoint`'s output (the config must be the same)."""
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
-        if payload["config"] != self.cfg.to_dict():
+        try:  # parsed: keys added since (with their defaults) do not make a config different
+            same = parse_config(payload["config"]).to_dict() == self.cfg.to_dict()
+        except (ConfigError, TypeError, AttributeError):
+            same = False
+        if not same:
             raise CheckpointError("the checkpoint was written by a different config; resume with the run's own config.toml")
         saved = payload["server"]
         layout = {n: sorted(st) for n, st in self.server.items()}
