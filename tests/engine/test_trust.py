@@ -48,8 +48,8 @@ def attacked_run(tmp_path, raw, phase, rewrite):
     cfg = pin(validate(raw))  # as run_experiment does: the run directory records every recorded option
     sim = build_simulation(cfg)
     sim.fleet = Hostile(sim.fleet, phase, rewrite)
-    run_dir = RunDir.start(cfg)
-    summary = sim.run(run_dir)
+    with RunDir.start(cfg) as run_dir:  # released at the end, as run_experiment does
+        summary = sim.run(run_dir)
     return sim, run_dir, summary
 
 

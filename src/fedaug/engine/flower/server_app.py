@@ -242,22 +242,29 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
     fleet = FlowerFleet(grid, nodes, settings.round_timeout)
     server = Server(cfg, recipe, model, federation, fleet)
-    run_dir = resume(server, settings.resume_dir) if settings.resume_dir else RunDir.start(cfg, settings.out_dir or None)
-    if not quiet:
-        print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
-              f"run directory {run_dir.path}", file=sys.stderr, flush=True)
-    return server.run(run_dir, Progress(cfg.train.rounds, start=server.round, quiet=quiet))
+    if settings.resume_dir:
+        run_dir = RunDir.open(settings.resume_dir, write=True)
+    else:
+        run_dir = RunDir.start(cfg, settings.out_dir or None)
+    with run_dir:  # this process is the run directory's one writer until the run ends
+        if settings.resume_dir:
+            resume(server, run_dir)
+        if not quiet:
+            print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
+                  f"run directory {run_dir.path}", file=sys.stderr, flush=True)
+        return server.run(run_dir, Progress(cfg.train.rounds, start=server.round, quiet=quiet))
 
 
-def resume(server: Server, path: str) -> RunDir:
-    """Continue the Flower run in ``path`` from its newest checkpoint (from round 1 if it has none).
+def resume(server: Server, run_dir: RunDir) -> None:
+    """Continue the Flower run in ``run_dir`` (opened for writing) from its newest checkpoint (from
+    round 1 if it has none).
 
     Raises:
-        CheckpointError: ``path`` is not a run directory, its checkpoint was written by another
-            config, or its clients kept per-client state: that state lived on the SuperNodes, is in
-            no checkpoint, and a new Flower run starts without it.
+        CheckpointError: its checkpoint was written by another config, its records lack a round the
+            checkpoint covers, or its clients kept per-client state: that state lived on the
+            SuperNodes, is in no checkpoint, and a new Flower run starts without it.
     """
-    run_dir = RunDir.open(path)
+    path = run_dir.path
     if pin(parse_config(read_toml(run_dir.path / CONFIG))) != server.cfg:
         raise CheckpointError(f"the run in '{path}' was made with another config than this Flower app's; resume it "
                               "with an app written from its config.toml (fedaug flower app PATH/config.toml)")
@@ -270,7 +277,6 @@ def resume(server: Server, path: str) -> RunDir:
     if payload is not None:
         server.restore(payload)
     run_dir.truncate_rounds(server.round)
-    return run_dir
 
 
 def make_server_app(defaults: Mapping[str, Any] | None = None,
