@@ -76,6 +76,9 @@ ATTACKS: dict[str, Attack] = {
     "fedfa std of 1e30 (variance=direct)": Attack(
         {"augs": ["fedfa"], "options": {"fedfa": {"variance": "direct"}}}, "train", "fedfa",
         scaled("running_std", 1e30), r"over the bound"),
+    "fedfa means of 1e30 (official_compat)": Attack(
+        {"augs": ["fedfa"], "options": {"fedfa": {"official_compat": True}}}, "train", "fedfa",
+        scaled("running_mean", 1e30), r"over the bound"),
 }
 
 
