@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
 
 from fedaug.cli.main import main
+from fedaug.cli.run_cmd import finish
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import validate
+from fedaug.engine.records import RunDir
 from tests.conftest import tiny_raw
+from tests.engine.test_runlock import holder
 
 
 def write_cfg(tmp_path, **train):
@@ -102,6 +106,30 @@ def test_missing_config_file_and_non_run_dir(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["resume", str(tmp_path)]) == 2
     assert "not a fedaug run directory" in capsys.readouterr().err
+
+
+def test_resume_of_a_run_another_process_writes_exits_2_naming_it(tmp_path, capsys):
+    assert main(["run", str(write_cfg(tmp_path, rounds=1)), "-q"]) == 0
+    run_dir = capsys.readouterr().out.strip().splitlines()[-1].removeprefix("run directory: ")
+    proc = holder(run_dir, "wait")
+    try:
+        assert main(["resume", run_dir, "-q"]) == 2
+    finally:
+        proc.communicate("\n", timeout=60)
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedaug: error: run directory '{run_dir}' is in use by pid {proc.pid} on host ")
+    assert f"stop it (kill {proc.pid}) and then run 'fedaug resume {run_dir}' again" in err
+
+
+def test_finish_writes_the_name_literally_and_strict_json(tmp_path, capsys):
+    ev = {"clients": {"c0": {"test": {"acc": math.nan, "n": 4}}}, "mean": {"test_acc": math.nan},
+          "pooled": {"test_acc": 0.25, "n": 4}}
+    summary = {"name": "a|b *c*\n# d", "metric": "acc", "final": {"round": 1, "eval": ev},
+               "best": {"round": 1, "by": "val", "eval": ev}}
+    assert finish(summary, RunDir(tmp_path), "json") == 0
+    assert (tmp_path / "report.md").read_text().splitlines()[0] == r"# a\|b \*c\* \# d"
+    printed = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert printed["final"]["eval"]["mean"]["test_acc"] is None
 
 
 def test_kernel_prints_the_cached_library_and_the_retired_variable_only_warns(tmp_path, capsys, monkeypatch):

@@ -73,6 +73,7 @@ def test_every_valid_config_round_trips_through_its_config_toml(name, out_dir, d
 @pytest.mark.parametrize("name", ["line one\nline two", "tab\tand \"quotes\" \\ \x00 \x1b[31m", "../../etc", "日本語"])
 def test_a_run_named_with_any_characters_gets_a_safe_directory_and_a_readable_config(tmp_path, name):
     cfg = validate({"name": name, "method": {"augs": ["fedprox"], "options": {"fedprox": {"mu": 0.1, "note": name}}}})
-    run = RunDir.start(cfg, tmp_path)
-    assert run.path.parent == tmp_path and run.path.name.startswith(("line_one_line_two", "tab_and", ".._.._etc", "___"))
-    assert parse_config(read_toml(run.path / CONFIG)) == cfg
+    with RunDir.start(cfg, tmp_path) as run:
+        assert run.path.parent == tmp_path
+        assert run.path.name.startswith(("line_one_line_two", "tab_and", ".._.._etc", "___"))
+        assert parse_config(read_toml(run.path / CONFIG)) == cfg

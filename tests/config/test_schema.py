@@ -120,7 +120,7 @@ def _nested(key: str, value: object) -> dict[str, object]:
 
 def test_the_schema_enumeration_finds_the_numeric_keys():
     assert {"train.lr", "train.participation", "train.momentum", "train.weight_decay", "train.lr_decay",
-            "train.lr_min"} == set(FLOAT_KEYS)
+            "train.lr_min"} <= set(FLOAT_KEYS)
     assert {"seed", "train.rounds", "train.min_clients", "train.local_epochs", "train.local_steps",
             "eval.batch_size"} <= set(INT_KEYS)
 

@@ -18,8 +18,10 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import CheckpointError, ConfigError
 from fedaug.core.serialize import load_tensors, save_tensors
 from fedaug.engine.records import RunDir
+from fedaug.engine.runlock import LOCK
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
+from tests.engine.test_runlock import holder
 
 
 def comparable(run_dir: Path):
@@ -54,6 +56,7 @@ def test_resume_after_an_exception_equals_uninterrupted(tmp_path, monkeypatch):
     monkeypatch.setattr(simulate.Simulation, "run_round", original)
     (part,) = list((tmp_path / "b").iterdir())
     assert [r["round"] for r in RunDir(part).rounds()] == [1, 2, 3]
+    assert not (part / LOCK).exists()  # the failed run released its lock
     resume_experiment(str(part), quiet=True)
     assert comparable(part) == comparable(full.path)
     assert summary_numbers(part) == summary_numbers(full.path)
@@ -97,9 +100,13 @@ def test_corrupted_checkpoint_is_reported_and_nothing_is_damaged(tmp_path):
     ckpt = run.checkpoints()[-1][1]
     ckpt.write_bytes(b"garbage")
     before = (run.path / "metrics.jsonl").read_text()
-    with pytest.raises(CheckpointError, match=r"round_000002.pt' is corrupted or truncated"):
+    with pytest.raises(CheckpointError, match=r"round_000002.pt' is corrupt or not a fedaug checkpoint \(.*\); "
+                                              r"delete it and resume again to continue from the previous "
+                                              r"checkpoint, round_000001.pt$") as info:
         resume_experiment(str(run.path), quiet=True)
+    assert "weights_only" not in str(info.value)
     assert (run.path / "metrics.jsonl").read_text() == before
+    assert not (run.path / LOCK).exists()
 
 
 def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path):
@@ -114,19 +121,84 @@ def test_checkpoints_are_pruned_to_keep(tmp_path):
     assert [r for r, _ in run.checkpoints()] == [3, 4]
 
 
-def interrupted_fedfa_run(tmp_path: Path) -> tuple[Path, Path]:
-    """A finished 3-round FedFA run and a copy of it as a kill after round 2 leaves it."""
-    raw = tiny_raw(rounds=3)
-    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=1, keep_checkpoints=3)
-    raw["method"] = {"base": "fedavg", "augs": ["fedfa"]}
+def interrupted(tmp_path: Path, raw: dict, after: int) -> tuple[Path, Path]:
+    """A finished run of ``raw`` (a checkpoint every round, all kept) and a copy of it as a kill
+    after round ``after`` leaves it."""
+    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=1, keep_checkpoints=raw["train"]["rounds"])
     _, full = run_experiment(validate(raw), quiet=True)
     part = tmp_path / "part" / full.path.name
     part.parent.mkdir()
     shutil.copytree(full.path, part)
     (part / "summary.json").unlink()
-    (part / "checkpoints" / "round_000003.pt").unlink()
-    RunDir(part).truncate_rounds(2)
+    for r, ckpt in RunDir(part).checkpoints():
+        if r > after:
+            ckpt.unlink()
+    RunDir(part).truncate_rounds(after)
     return full.path, part
+
+
+def test_a_second_writer_is_refused_and_nothing_is_touched(tmp_path):
+    _, part = interrupted(tmp_path, tiny_raw(rounds=3), 2)
+    before = {p.name: p.read_bytes() for p in [part / "metrics.jsonl", *(c for _, c in RunDir(part).checkpoints())]}
+    with RunDir.open(part, write=True):  # a run or resume still going
+        with pytest.raises(CheckpointError, match=rf"run directory '{part}' is in use by pid {os.getpid()} \(this "
+                                                  r"process\).*; only one process may write a run directory: wait "
+                                                  rf"for that one to finish, or stop it \(kill {os.getpid()}\) and "
+                                                  rf"then run 'fedaug resume {part}' again"):
+            resume_experiment(str(part), quiet=True)
+    assert before == {p.name: p.read_bytes() for p in [part / "metrics.jsonl",
+                                                       *(c for _, c in RunDir(part).checkpoints())]}
+    assert not (part / "summary.json").exists()
+
+
+def test_a_corrupt_record_line_is_moved_aside_and_the_resumed_run_equals_uninterrupted(tmp_path):
+    full, part = interrupted(tmp_path, tiny_raw(rounds=4), 3)
+    lines = (part / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (part / "metrics.jsonl").write_text(lines[0] + "\x00\x00 damaged\n" + "".join(lines[1:]))
+    orphan = part / "checkpoints" / ".round_000004.pt.0f1e2d3c.tmp"  # a kill during the save of round 4
+    orphan.write_bytes(b"half a checkpoint")
+    with pytest.warns(UserWarning, match=r"moved line 2: not JSON to metrics\.aside\.jsonl"):
+        resume_experiment(str(part), quiet=True)
+    assert comparable(part) == comparable(full)  # rounds 2 and 3, after the bad line, were kept
+    assert summary_numbers(part) == summary_numbers(full)
+    assert json.loads((part / "metrics.aside.jsonl").read_text()) == {
+        "file": "metrics.jsonl", "line": 2, "reason": "not JSON", "text": "\x00\x00 damaged"}
+    assert not orphan.exists()
+
+
+def test_resume_refuses_when_records_the_checkpoint_covers_are_missing(tmp_path):
+    _, part = interrupted(tmp_path, tiny_raw(rounds=4), 3)
+    lines = (part / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (part / "metrics.jsonl").write_text(lines[0] + lines[2])  # round 2 lost
+    before = (part / "metrics.jsonl").read_text()
+    with pytest.raises(CheckpointError, match=r"its newest checkpoint is at round 3, but metrics\.jsonl has no record "
+                                              r"of round 2, which the finished run would lack; delete the "
+                                              r"checkpoints after round 1 in checkpoints/ to resume from an earlier "
+                                              r"one \(with none left the run starts again from round 1\), or "
+                                              r"restore the missing records"):
+        resume_experiment(str(part), quiet=True)
+    assert (part / "metrics.jsonl").read_text() == before and [r for r, _ in RunDir(part).checkpoints()] == [1, 2, 3]
+    for r in (2, 3):  # what the message says to do
+        (part / "checkpoints" / f"round_00000{r}.pt").unlink()
+    resume_experiment(str(part), quiet=True)
+    assert [r["round"] for r in RunDir(part).rounds()] == [1, 2, 3, 4]
+
+
+def test_resume_takes_over_the_lock_of_a_killed_writer(tmp_path):
+    full, part = interrupted(tmp_path, tiny_raw(rounds=3), 2)
+    proc = holder(part, "kill")
+    proc.wait(timeout=60)
+    with pytest.warns(UserWarning, match=rf"was locked by pid {proc.pid} on host .*, which ended without releasing "
+                                         r"it \(killed\?\); taking the lock over"):
+        resume_experiment(str(part), quiet=True)
+    assert comparable(part) == comparable(full) and not (part / LOCK).exists()
+
+
+def interrupted_fedfa_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A finished 3-round FedFA run and a copy of it as a kill after round 2 leaves it."""
+    raw = tiny_raw(rounds=3)
+    raw["method"] = {"base": "fedavg", "augs": ["fedfa"]}
+    return interrupted(tmp_path, raw, 2)
 
 
 def set_kernel(run: Path, value: str | None) -> None:

@@ -127,7 +127,23 @@ def test_document_rendering_escapes_text():
     html = to_html(blocks, "t & t")
     assert "<h1>a &lt;b&gt;</h1>" in html and "<p>x <code>k=v</code> &amp; y</p>" in html
     assert "<td>&lt;i&gt;</td>" in html and 'alt="alt &quot;q&quot;"' in html and "<title>t &amp; t</title>" in html
-    assert to_markdown(blocks, "f") == '# a <b>\n\nx `k=v` & y\n\n| m | v\\|w |\n|---|---:|\n| <i> | 1 |\n\n![alt "q"](f/p.png)\n'
+    assert to_markdown(blocks, "f") == ('# a \\<b\\>\n\nx `k=v` \\& y\n\n| m | v\\|w |\n|---|---:|\n| \\<i\\> | 1 |\n\n'
+                                        '![alt "q"](f/p.png)\n')
+
+
+NASTY = "lr|0.2 *bold* _it_ [x](http://e) <b>#1</b> &amp; ~~s~~ `c` \\\nsecond line"
+
+
+def test_markdown_shows_names_literally_and_a_name_cannot_break_a_table_or_heading():
+    md = to_markdown([Heading(2, f"Setting: {NASTY}"), Table(["method", "acc"], [[NASTY, "1"]]),
+                      Paragraph(f"missing: {NASTY}; overrides `a=b|c`")])
+    heading, _, head, rule, row, _, para = md.splitlines()
+    literal = (r"lr\|0.2 \*bold\* \_it\_ \[x\](http://e) \<b\>\#1\</b\> \&amp; \~\~s\~\~ \`c\` \\ "
+               "second line")
+    assert heading == f"## Setting: {literal}"  # one line: the newline became a space
+    assert row == f"| {literal} | 1 |" and len(re.findall(r"(?<!\\)\|", row)) == 3  # still two cells
+    # code spans stay as written (a backtick pair in a paragraph is code, as on the HTML page)
+    assert para == "missing: " + literal.replace(r"\`c\`", "`c`") + "; overrides `a=b|c`"
 
 
 def _colour_pixels(png: bytes, rgb: tuple[int, int, int]) -> int:

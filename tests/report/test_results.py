@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import shutil
 import statistics
@@ -14,7 +15,7 @@ from scipy import stats
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.results import Run, load_results, summarize
-from fedaug.report.table import comparison_csv, comparison_tables, overview_table, write_tables
+from fedaug.report.table import comparison_csv, comparison_tables, overview_table, results_table, write_tables
 from fedaug.report.document import to_markdown
 
 METHODS = ("fedavg", "fedavg-lr-0.2")
@@ -117,6 +118,33 @@ def test_methods_that_share_a_name_are_told_apart_by_their_config(tiny_grid, tmp
         cfg = tmp_path / f"r{k}" / "config.toml"
         cfg.write_text(re.sub(r'name = ".*"', 'name = "same"', cfg.read_text()))
     assert load_results([tmp_path]).methods == ["same", "same (train.lr=0.2)"]
+
+
+def test_null_in_the_records_a_non_finite_number_reads_as_nan(tiny_grid, tmp_path):
+    """fedaug writes NaN/inf as null (strict JSON); the tables show nan rather than fail."""
+    for seed in (0, 1):
+        (run,) = tiny_grid.glob(f"default/fedavg/seed{seed}/*-*")
+        shutil.copytree(run, tmp_path / f"s{seed}")
+    summary = json.loads((tmp_path / "s0" / "summary.json").read_text())
+    summary["final"]["eval"]["mean"]["test_acc"] = None
+    summary["final"]["eval"]["clients"]["client1"]["test"]["acc"] = None
+    (tmp_path / "s0" / "summary.json").write_text(json.dumps(summary))
+    recs = [json.loads(x) for x in (tmp_path / "s0" / "metrics.jsonl").read_text().splitlines()]
+    recs[-1]["eval"]["mean"]["test_acc"] = None
+    (tmp_path / "s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    c = summarize(load_results([tmp_path]))["settings"]["default"]["methods"]["fedavg"]
+    assert math.isnan(c["final"]["values"][0]) and math.isnan(c["final"]["mean"])
+    assert math.isnan(c["clients_final"]["client1"]["values"][0]) and not math.isnan(c["best"]["mean"])
+    assert math.isnan(c["curve"]["mean"][-1]) and not math.isnan(c["curve"]["mean"][0])
+    assert "| fedavg | 2 | nan ± nan |" in to_markdown(comparison_tables(summarize(load_results([tmp_path]))))
+
+
+def test_run_table_shows_client_names_literally():
+    ev = {"clients": {"site|A *x*\nB": {"test": {"acc": 0.5, "n": 10}}}, "mean": {"test_acc": 0.5},
+          "pooled": {"test_acc": 0.5, "n": 10}}
+    table = results_table({"metric": "acc", "final": {"round": 2, "eval": ev},
+                           "best": {"round": 2, "by": "val", "eval": ev}})
+    assert r"| site\|A \*x\* B | 50.00 | 50.00 | 10 |" in table.splitlines()
 
 
 def test_per_client_columns_follow_client_ids_not_string_order():

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
+from fedaug.core.serialize import to_json
 from fedaug.engine.simulate import run_experiment
+from fedaug.report.document import md_text
 from fedaug.report.table import results_table
 
 
@@ -30,11 +31,12 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
-    """Write the report, print the results and the run directory."""
+    """Write the report (the run's name as literal Markdown), print the results (JSON: strict,
+    non-finite numbers as null) and the run directory."""
     table = results_table(summary)
-    run_dir.write_report(f"# {summary['name']}\n\n{table}\n")
+    run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n")
     if fmt == "json":
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print(to_json(summary, indent=2))
     else:
         print(table)
         print(f"\nrun directory: {run_dir.path}")

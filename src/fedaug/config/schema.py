@@ -75,6 +75,24 @@ class EvalConfig:
 
 
 @dataclass
+class TrustConfig:
+    max_abs: float = opt(1e6, "largest |value| any tensor a client sends may hold; a reply over it is rejected",
+                         lo=0.0, lo_open=True)
+    max_abs_parts: dict[str, float] = opt({}, "bounds that replace max_abs for some parts, by component "
+                                              "name (or 'meters'), e.g. {fedavg = 100.0}")
+    max_num_train: int = opt(10**9, "largest training-set size a SuperNode may report (its aggregation weight)",
+                             lo=1)
+
+    def bound(self, part: str) -> float | None:
+        """The magnitude bound of ``part``, a component's name; evaluation ``meters`` (sums of losses
+        and pixel counts, checked for sign and consistency instead) are unbounded unless
+        ``max_abs_parts`` names them."""
+        if part in self.max_abs_parts:
+            return float(self.max_abs_parts[part])
+        return None if part == "meters" else float(self.max_abs)
+
+
+@dataclass
 class RunConfig:
     seed: int = opt(0, "seed of every random stream", lo=0)
     name: str = opt("", "run name (default: preset or dataset-method)")
@@ -87,6 +105,7 @@ class RunConfig:
     method: MethodConfig = field(default_factory=MethodConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    trust: TrustConfig = field(default_factory=TrustConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""
@@ -180,6 +199,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if isinstance(cfg.name, str) and len(cfg.name) > MAX_NAME:
         problems.append(f"'name' is {len(cfg.name)} characters long; a run name may have at most {MAX_NAME} "
                         "(it names the run directory); shorten it")
+    if fits(cfg.trust.max_abs_parts, dict[str, float]):  # else its type is reported already
+        problems += [f"'trust.max_abs_parts.{part}' must be a finite number > 0, got {bound!r}"
+                     for part, bound in cfg.trust.max_abs_parts.items() if bound <= 0]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg

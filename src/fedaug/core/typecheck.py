@@ -127,5 +127,7 @@ def allowed(tp: Any) -> str:
         return f"a list of {_PLURAL[_base(element)]}" if _base(element) in _PLURAL else "a list"
     if _base(tp) is dict:
         inner = typing.get_args(tp)[1] if typing.get_args(tp) else Any
-        return "a table of tables" if _base(inner) is dict else "a table"
+        if _base(inner) is dict:
+            return "a table of tables"
+        return f"a table of {_PLURAL[_base(inner)]}" if _base(inner) in _PLURAL else "a table"
     raise TypeError(f"{tp!r} is not an annotation that fits() checks")

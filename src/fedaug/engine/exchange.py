@@ -3,25 +3,51 @@
 For each client asked, the server builds a fresh message from the server state of every component
 that takes part in the phase (:meth:`~fedaug.methods.component.Component.downlink`) and counts its
 bytes as downlink; the fleet runs the phase wherever the client is; each reply is counted as uplink
-and checked in full against the phase's uplink specs before anything in it is used. A reply that
-fails is rejected with its reason, and a client that errs or times out is dropped with its reason:
-the phase goes on with the others (DESIGN.md invariants 3 and 5). Folding the accepted replies is
-the caller's: aggregation for training and the query, the evaluation summary for evaluation.
+and checked in full before anything in it is used: every part against its spec (names, shapes
+known from round 1, dtypes, value ranges, finite values within the part's magnitude bound,
+``trust.max_abs``) and the training metrics (finite numbers, ``loss`` and ``steps`` present). A
+reply that fails, or that the fleet could not decode (:class:`Malformed`), is rejected with its
+reason, and a client that errs or times out is dropped with its reason: the phase goes on with the
+others (DESIGN.md invariants 3 and 5; docs/engine.md, "The trust boundary"). Folding the accepted
+replies is the caller's: aggregation for training and the query, the evaluation summary for
+evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Message, Spec, message_nbytes, validate_part
-from fedaug.engine.fleet import RECORD_NAME, Dropped, Fleet, Reply
+from fedaug.engine.fleet import RECORD_NAME, Dropped, Fleet, Malformed, Reply
 from fedaug.methods.component import Component, Phase, State
 
 #: how a phase's parts are named in rejection messages.
 WHAT = {"train": "uplink", "query": "post-aggregation uplink", "evaluate": "evaluation reply"}
+#: the training metrics every reply reports; at most :data:`MAX_METRICS` names in all
+REQUIRED_METRICS, MAX_METRICS = ("loss", "steps"), 64
+
+
+def metrics_problems(metrics: object) -> list[str]:
+    """Every way a training reply's ``metrics`` fail: a dict of at most :data:`MAX_METRICS` string
+    names to finite numbers, with :data:`REQUIRED_METRICS`, ``steps`` a non-negative integer."""
+    if not isinstance(metrics, Mapping):
+        return [f"metrics must be a dict of numbers, got {type(metrics).__name__}"]
+    out = [f"metrics lack {k!r}" for k in REQUIRED_METRICS if k not in metrics]
+    if len(metrics) > MAX_METRICS:
+        out.append(f"metrics hold {len(metrics)} names, more than {MAX_METRICS}")
+    for k, v in metrics.items():
+        if not isinstance(k, str) or len(k) > 100:
+            out.append(f"metric name {str(k)[:40]!r} is not a string of at most 100 characters")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            out.append(f"metric {k!r} must be a finite number, got {str(v)[:40]}")
+    steps = metrics.get("steps")
+    if isinstance(steps, (int, float)) and not isinstance(steps, bool) and (steps < 0 or steps != int(steps)):
+        out.append(f"metric 'steps' must be a non-negative integer, got {steps}")
+    return out
 
 
 @dataclass
@@ -48,8 +74,8 @@ class PhaseResult:
 
 
 def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: Fleet,
-             senders: Sequence[Component], server: Mapping[str, State], reply_specs: Mapping[str, Spec]
-             ) -> PhaseResult:
+             senders: Sequence[Component], server: Mapping[str, State], reply_specs: Mapping[str, Spec],
+             bound: Callable[[str], float | None] = lambda part: None) -> PhaseResult:
     """Run ``phase`` of round ``r`` on ``client_ids`` through ``fleet``.
 
     Args:
@@ -60,6 +86,8 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         senders: the components that take part in the phase; each sends its downlink part.
         server: ``{component name: server state}``.
         reply_specs: ``{part name: spec}`` every reply must meet (a missing part is an empty one).
+        bound: the largest ``|value|`` a reply's part may hold, by part name (``None``: no bound);
+            :meth:`~fedaug.config.schema.TrustConfig.bound`.
 
     Returns:
         The accepted replies, the rejected and dropped clients with reasons, and the bytes.
@@ -76,12 +104,23 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         if isinstance(answer, Dropped):
             out.dropped.append(answer.record(cid, phase))
             continue
+        where = f"round {r}: {WHAT[phase]} of client {cid}"
+        if isinstance(answer, Malformed) or not isinstance(answer.message, Mapping):
+            reason = answer.reason if isinstance(answer, Malformed) else "its message is not a dict of parts"
+            out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": f"{where}: {reason}"})
+            continue
         for name in reply_specs:
             part = answer.message.get(name, {})
             out.up[name] += message_nbytes({name: part})[name] if isinstance(part, Mapping) else 0
         try:
             for name, spec in reply_specs.items():
-                validate_part(answer.message.get(name, {}), spec, f"round {r}: {WHAT[phase]} of client {cid}, part '{name}'")
+                validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name))
+            extra = sorted(set(answer.message) - set(reply_specs), key=str)
+            if extra:
+                raise PayloadError(f"{where}: unexpected part(s) {', '.join(map(repr, extra))}")
+            problems = metrics_problems(answer.metrics) if phase == "train" else []
+            if problems:
+                raise PayloadError(f"{where}: " + "; ".join(problems))
         except PayloadError as exc:
             out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": str(exc)})
             continue

@@ -57,11 +57,23 @@ class Dropped:
         return {"client": client_id, "phase": RECORD_NAME[phase], "reason": self.reason, "detail": self.detail}
 
 
+@dataclass(frozen=True)
+class Malformed:
+    """A client's answer that could not be read as a :class:`Reply` (a Flower reply without its
+    records, a value of the wrong type): the exchange rejects it with ``reason``."""
+
+    reason: str
+
+
+#: what a fleet yields for one client in one phase
+Answer = Reply | Dropped | Malformed
+
+
 class Fleet(Protocol):
     """The clients, as the server reaches them."""
 
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
-            message: Callable[[int], Message]) -> Iterable[tuple[int, Reply | Dropped]]:
+            message: Callable[[int], Message]) -> Iterable[tuple[int, Answer]]:
         """Run ``phase`` of round ``r`` on ``client_ids``; ``message(cid)`` builds a client's message
         (call it once per client, when it is needed). Yields ``(client id, answer)`` pairs, one per
         client asked, in any order."""

@@ -1,4 +1,10 @@
-"""The run directory: resolved config, per-round JSON Lines, checkpoints, summary and report."""
+"""The run directory: resolved config, per-round JSON Lines, checkpoints, summary and report.
+
+One process at a time writes a run directory: :meth:`RunDir.start` and ``RunDir.open(path,
+write=True)`` take its :class:`~fedaug.engine.runlock.RunLock` (released by :meth:`RunDir.close`,
+at the end of a ``with`` block, when the object is collected, or when the process ends) and clear
+the temporary files a killed writer left. Readers (reports, ``fedaug compare``) take no lock.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,77 @@ import json
 import os
 import re
 import time
+import warnings
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError
-from fedaug.core.serialize import atomic_write_json, atomic_write_text, load_tensors, save_tensors
+from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
+                                   save_tensors, to_json)
+from fedaug.engine.runlock import RunLock
 
 CONFIG, METRICS, SUMMARY, REPORT, CKPT_DIR = "config.toml", "metrics.jsonl", "summary.json", "report.md", "checkpoints"
+#: where a resume keeps the ``metrics.jsonl`` lines it does not carry on (one JSON object per line)
+ASIDE = "metrics.aside.jsonl"
 _CKPT = re.compile(r"round_(\d{6})\.pt$")
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The round records of a ``metrics.jsonl`` file and the lines that are not among them.
+
+    A line that is not JSON, or not an object with an integer ``round`` >= 1, is left out; so is
+    a torn last line (no newline: the writer was killed mid-line), and every record of a round
+    that a later line records again (the last record of a round is the one kept: the newest
+    write; an older copy only comes from a second writer, which the run lock now prevents).
+
+    Returns:
+        ``(records, left_out)``: one record per round, by round; and ``{"line": 1-based number,
+        "reason": why, "text": the line}`` for each line left out (blank lines are skipped).
+    """
+    if not path.is_file():
+        return [], []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    by_round: dict[int, tuple[int, dict[str, Any]]] = {}
+    left_out = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        text = raw.decode("utf-8", "backslashreplace")
+        try:
+            rec = json.loads(raw.decode())
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            torn = number == len(lines)  # the file does not end with a newline
+            left_out.append({"line": number, "reason": "torn last line" if torn else "not JSON", "text": text})
+            continue
+        r = rec.get("round") if isinstance(rec, dict) else None
+        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+            left_out.append({"line": number, "reason": "not a round record", "text": text})
+            continue
+        if r in by_round:
+            earlier, _ = by_round[r]
+            left_out.append({"line": earlier, "reason": f"round {r} is recorded again at line {number}",
+                             "text": lines[earlier - 1].decode("utf-8", "backslashreplace")})
+        by_round[r] = number, rec
+    return [by_round[r][1] for r in sorted(by_round)], sorted(left_out, key=lambda e: e["line"])
+
+
+def _spans(rounds: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[list[int]] = []
+    for r in rounds:
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _lines(left_out: list[dict[str, Any]]) -> str:
+    return "; ".join(f"line {e['line']}: {e['reason']}" for e in left_out)
 
 
 class RunDir:
@@ -27,10 +94,11 @@ class RunDir:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._lock: RunLock | None = None
 
     @classmethod
     def create(cls, out_dir: str | os.PathLike[str], name: str) -> "RunDir":
-        """A new, unique ``out_dir/name-YYYYmmdd-HHMMSS[-k]`` directory."""
+        """A new, unique ``out_dir/name-YYYYmmdd-HHMMSS[-k]`` directory (not locked)."""
         base = Path(out_dir) / f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', name)}-{time.strftime('%Y%m%d-%H%M%S')}"
         path, k = base, 1
         while True:
@@ -42,23 +110,59 @@ class RunDir:
 
     @classmethod
     def start(cls, cfg: RunConfig, out_dir: str | os.PathLike[str] | None = None) -> "RunDir":
-        """A new run directory for ``cfg`` under ``out_dir`` (default ``cfg.out_dir``), holding its
-        resolved config."""
+        """A new run directory for ``cfg`` under ``out_dir`` (default ``cfg.out_dir``), locked for
+        this process (:meth:`lock`), holding its resolved config."""
         run = cls.create(out_dir if out_dir is not None else cfg.out_dir,
                          cfg.name or f"{cfg.data.name}-{cfg.method.base}")
+        run.lock()
         run.write_config(cfg)
         return run
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "RunDir":
-        """An existing run directory; it must hold a ``config.toml``."""
+    def open(cls, path: str | os.PathLike[str], *, write: bool = False) -> "RunDir":
+        """An existing run directory; it must hold a ``config.toml``.
+
+        Args:
+            path: the directory.
+            write: lock it for this process (:meth:`lock`), to continue the run.
+
+        Raises:
+            CheckpointError: ``path`` is not a run directory, or (``write``) another process
+                writes it.
+        """
         run = cls(path)
         if not (run.path / CONFIG).is_file():
             raise CheckpointError(
                 f"'{run.path}' is not a fedaug run directory (no {CONFIG}); "
                 "give the directory that 'fedaug run' printed"
             )
-        return run
+        return run.lock() if write else run
+
+    # --- the writer lock ----------------------------------------------------------------------
+    def lock(self) -> "RunDir":
+        """Take the directory's writer lock (:class:`~fedaug.engine.runlock.RunLock`), then delete
+        the temporary files a killed writer left here and in ``checkpoints/``.
+
+        Raises:
+            CheckpointError: another process, or another :class:`RunDir` of this one, holds it.
+        """
+        if self._lock is None or not self._lock.held:
+            self._lock = RunLock.acquire(self.path)
+            remove_temporaries(self.path)
+            remove_temporaries(self.path / CKPT_DIR)
+        return self
+
+    def close(self) -> None:
+        """Release the writer lock, if this object holds it (idempotent)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     # --- config -------------------------------------------------------------------------------
     def write_config(self, cfg: RunConfig) -> None:
@@ -66,29 +170,52 @@ class RunDir:
 
     # --- per-round records --------------------------------------------------------------------
     def append_round(self, record: dict[str, Any]) -> None:
-        """Append one JSON line and fsync it."""
+        """Append one strict JSON line (non-finite floats as ``null``) and fsync it."""
         with open(self.path / METRICS, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.write(to_json(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
     def rounds(self) -> list[dict[str, Any]]:
-        """Every complete record, in order (a torn last line from a killed run is ignored)."""
-        path = self.path / METRICS
-        if not path.is_file():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return out
+        """One record per round, by round (:func:`read_records`): a line that cannot be read is
+        skipped with a warning (a torn last line from a killed run silently), the valid records
+        after it are kept; of a round recorded twice, the last record counts."""
+        records, left_out = read_records(self.path / METRICS)
+        shown = [e for e in left_out if e["reason"] != "torn last line"]
+        if shown:
+            warnings.warn(f"'{self.path / METRICS}': skipped {_lines(shown)}; the other records are used "
+                          f"('fedaug resume' moves such lines to {ASIDE})", stacklevel=2)
+        return records
 
     def truncate_rounds(self, last: int) -> None:
-        """Keep the records of rounds ``<= last`` (rewritten atomically)."""
-        kept = [r for r in self.rounds() if r["round"] <= last]
-        atomic_write_text(self.path / METRICS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        """Keep the records of rounds ``1..last`` (the rounds a checkpoint at ``last`` covers) and
+        drop later ones, which the resumed run records again; lines that are not kept records
+        (:func:`read_records`) are appended to ``metrics.aside.jsonl`` first, with a warning.
+        ``metrics.jsonl`` is rewritten atomically.
+
+        Raises:
+            CheckpointError: a round in ``1..last`` has no record (nothing is changed then).
+        """
+        records, left_out = read_records(self.path / METRICS)
+        missing = sorted(set(range(1, last + 1)) - {r["round"] for r in records})
+        if missing:
+            fix = (f"delete the checkpoints after round {missing[0] - 1} in {CKPT_DIR}/ to resume from an earlier "
+                   "one (with none left the run starts again from round 1)" if missing[0] > 1
+                   else f"delete {CKPT_DIR}/ to run it again from round 1")
+            raise CheckpointError(
+                f"cannot resume '{self.path}': its newest checkpoint is at round {last}, but {METRICS} has no "
+                f"record of round {_spans(missing)}, which the finished run would lack; {fix}, or restore the "
+                "missing records")
+        if left_out:
+            with open(self.path / ASIDE, "a") as f:
+                f.write("".join(to_json({**e, "file": METRICS}) + "\n" for e in left_out))
+                f.flush()
+                os.fsync(f.fileno())
+            shown = [e for e in left_out if e["reason"] != "torn last line"]
+            if shown:
+                warnings.warn(f"'{self.path / METRICS}': moved {_lines(shown)} to {ASIDE}; the valid records "
+                              "around them are kept", stacklevel=2)
+        atomic_write_text(self.path / METRICS, "".join(to_json(r) + "\n" for r in records if r["round"] <= last))
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoints(self) -> list[tuple[int, Path]]:
@@ -104,9 +231,18 @@ class RunDir:
             old.unlink()
 
     def load_latest(self) -> dict[str, Any] | None:
-        """The newest checkpoint's payload, or ``None`` when there is none."""
+        """The newest checkpoint's payload, or ``None`` when there is none.
+
+        Raises:
+            CheckpointError: the newest checkpoint is corrupt or not a fedaug checkpoint; the
+                message names it and the checkpoint a resume falls back to once it is deleted.
+        """
         found = self.checkpoints()
-        return load_tensors(found[-1][1]) if found else None
+        if not found:
+            return None
+        fallback = (f"the previous checkpoint, {found[-2][1].name}" if len(found) > 1
+                    else "round 1 (it is the only checkpoint)")
+        return load_tensors(found[-1][1], fix=f"delete it and resume again to continue from {fallback}")
 
     # --- summary and report -------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:

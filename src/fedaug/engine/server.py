@@ -13,12 +13,15 @@ code, so the same config and seed give the same numbers on either (DESIGN.md inv
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
+from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.data.base import FederatedData
@@ -82,6 +85,24 @@ class Federation:
         clients_per_round(self.num_clients, cfg.train.participation)
 
 
+def state_problems(state: object, bound: float | None, where: str) -> list[str]:
+    """Every floating tensor in a nest of dicts, lists and tuples that holds a non-finite value or
+    a ``|value|`` over ``bound``, one sentence each (the check an aggregate passes before it is
+    committed; docs/engine.md, "The trust boundary")."""
+    if isinstance(state, torch.Tensor):
+        if not state.is_floating_point() or state.numel() == 0:
+            return []
+        if not bool(torch.isfinite(state).all()):
+            return [f"{where} holds non-finite values"]
+        top = float(state.abs().max())
+        return [f"{where} holds |value| up to {top:.3g}, over the bound {bound:g}"] if bound is not None and top > bound else []
+    if isinstance(state, Mapping):
+        return [p for k, v in state.items() for p in state_problems(v, bound, f"{where}.{k}")]
+    if isinstance(state, (list, tuple)):
+        return [p for i, v in enumerate(state) for p in state_problems(v, bound, f"{where}[{i}]")]
+    return []
+
+
 class Server:
     """Runs a configured experiment round by round, reaching the clients through ``fleet``.
 
@@ -114,17 +135,26 @@ class Server:
             specs = {METERS: meters_spec(self.task)}
         else:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
-        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs)
+        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs, self.cfg.trust.bound)
 
-    def _aggregate(self, phase: Phase, result: PhaseResult) -> None:
-        """Each component that replies in ``phase`` folds the accepted replies, sorted by client id."""
+    def _aggregate(self, phase: Phase, result: PhaseResult) -> dict[str, str] | None:
+        """Each component that replies in ``phase`` folds the accepted replies, sorted by client id;
+        the new server state is committed only if it passes :func:`state_problems`. Else the
+        previous state is kept and the reason returned (the round record's ``aggregate``)."""
         order = sorted(result.replies)  # aggregation order is fixed, whatever order the answers came in
         num_train = self.federation.num_train
+        new = dict(self.server)
         for c in self.recipe.participants(phase):
             if phase == "train" or c.uplink_spec(self.server[c.name], phase):
-                self.server[c.name] = c.aggregate(
+                new[c.name] = c.aggregate(
                     self.server[c.name], [Uplink(cid, num_train[cid], result.replies[cid].message[c.name]) for cid in order],
                     phase)
+        problems = [p for name, st in new.items() if st is not self.server[name]
+                    for p in state_problems(st, self.cfg.trust.bound(name), name)]
+        if problems:
+            return {"phase": phase, "kept": "previous", "reason": "; ".join(problems[:5])}
+        self.server = new
+        return None
 
     def run_round(self, r: int) -> dict[str, Any]:
         """Sample, train the sampled clients, validate and aggregate their replies, run the
@@ -144,13 +174,13 @@ class Server:
                 f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
                 f"fewer than train.min_clients={cfg.train.min_clients} ({reasons})"
             )
-        self._aggregate("train", train)
+        kept = [k for k in [self._aggregate("train", train)] if k]
         order = sorted(train.replies)
         down, up = dict(train.down), dict(train.up)
         query = None
         if any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
             query = self._exchange("query", r, lr, order)  # e.g. FLea: features of the new global model
-            self._aggregate("query", query)
+            kept += [k for k in [self._aggregate("query", query)] if k]
             for name, nbytes in query.down.items():
                 down[name] = down.get(name, 0) + nbytes
             for name, nbytes in query.up.items():
@@ -171,6 +201,7 @@ class Server:
                              "total_bytes": sum(states.values())},
             "time": {"train_s": time.perf_counter() - t0},
             **({"after_aggregate": self._query_record(query)} if query is not None else {}),
+            **({"aggregate": kept} if kept else {}),
         }
 
     def _query_record(self, query: PhaseResult) -> dict[str, dict[str, int]]:
@@ -218,7 +249,11 @@ class Server:
         """Continue from :meth:`checkpoint`'s output (the config must be the same)."""
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
-        if payload["config"] != self.cfg.to_dict():
+        try:  # parsed: keys added since (with their defaults) do not make a config different
+            same = parse_config(payload["config"]).to_dict() == self.cfg.to_dict()
+        except (ConfigError, TypeError, AttributeError):
+            same = False
+        if not same:
             raise CheckpointError("the checkpoint was written by a different config; resume with the run's own config.toml")
         saved = payload["server"]
         layout = {n: sorted(st) for n, st in self.server.items()}

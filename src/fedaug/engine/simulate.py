@@ -13,6 +13,7 @@ adapter; this module supplies the clients: an :class:`InProcessFleet` over the d
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
@@ -113,25 +114,28 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
     cfg = pin(cfg)
     sim = build_simulation(cfg, execution_order)
     run_dir = RunDir.start(cfg) if write else None
-    return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet)), run_dir
+    with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
+        return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet)), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Raises:
+        CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
+            is unreadable, or ``metrics.jsonl`` lacks a round the checkpoint covers.
         ConfigError: the run's recorded options (the FFA layers' ``kernel``) differ between its
             checkpoint and its ``config.toml``, or the run predates their record
             (:func:`fedaug.methods.recorded.check_resume`); the message says what to do.
     """
-    run_dir = RunDir.open(path)
-    stored = parse_config(read_toml(run_dir.path / CONFIG))
-    payload = run_dir.load_latest()
-    cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
-    if cfg != stored and payload is None:
-        run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
-    sim = build_simulation(cfg)
-    if payload is not None:
-        sim.restore(payload)
-    run_dir.truncate_rounds(sim.round)
-    return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet)), run_dir
+    with RunDir.open(path, write=True) as run_dir:  # one writer: a second resume is refused
+        stored = parse_config(read_toml(run_dir.path / CONFIG))
+        payload = run_dir.load_latest()
+        cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+        if cfg != stored and payload is None:
+            run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
+        sim = build_simulation(cfg)
+        if payload is not None:
+            sim.restore(payload)
+        run_dir.truncate_rounds(sim.round)
+        return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet)), run_dir

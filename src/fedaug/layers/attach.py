@@ -12,7 +12,8 @@ in recipe order. :func:`check_chains` refuses chains that cannot compose.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -185,18 +186,34 @@ def stage_channels(model: nn.Module, example_input: Tensor, names: list[str] | N
     """
     names = list(getattr(model, "feature_stages", ()) if names is None else names)
     found: dict[str, int] = {}
-    probes = {n: _Probe(found, n) for n in names}
-    flags = [(m, m.training) for m in model.modules()]
-    handle = attach(model, probes)
+    handle = attach(model, {n: _Probe(found, n) for n in names})
     try:
-        model.eval()
-        with torch.no_grad():
+        with dry_run(model):
             model(example_input)
     finally:
         handle.detach()
+    return {n: found[n] for n in names}
+
+
+@contextlib.contextmanager
+def dry_run(model: nn.Module) -> Iterator[None]:
+    """Run ``model`` inside without gradients in eval mode (BatchNorm running statistics are not
+    updated, nothing random is drawn); each module's train/eval flag is restored afterwards."""
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        with torch.no_grad():
+            yield
+    finally:
         for m, flag in flags:
             m.training = flag
-    return {n: found[n] for n in names}
+
+
+def output_shape(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``model``'s output for one sample of ``input_shape`` (from a :func:`dry_run` on
+    zeros): ``(num_classes,)`` for a classifier, ``(num_classes, *spatial)`` for a segmenter."""
+    with dry_run(model):
+        return tuple(model(torch.zeros(2, *input_shape)).shape[1:])
 
 
 def attach_default(

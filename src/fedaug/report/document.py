@@ -44,25 +44,41 @@ class Image:
 Block = Heading | Paragraph | Table | Image
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#&~])")
+
+
+def md_text(text: str) -> str:
+    """``text`` as literal Markdown: each character Markdown could read as markup (emphasis, code,
+    links, HTML, table pipes, headings, entities, strikethrough) is backslash-escaped and line
+    breaks become spaces, so a name can neither format nor break a heading or a table row.
+
+    >>> md_text("a|b *c*\\nd")
+    'a\\\\|b \\\\*c\\\\* d'
+    """
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def _md_paragraph(text: str) -> str:
+    """:func:`md_text` outside the paragraph's ```code``` spans, which stay as they are."""
+    return "".join(part if i % 2 else md_text(part) for i, part in enumerate(re.split(r"(`[^`]+`)", text)))
 
 
 def to_markdown(blocks: Sequence[Block], image_dir: str = "") -> str:
-    """Markdown; each image refers to ``image_dir/name`` (the caller writes the files)."""
+    """Markdown; each image refers to ``image_dir/name`` (the caller writes the files). Text is
+    literal (:func:`md_text`): headings, table cells and paragraphs outside ```code``` spans."""
     parts = []
     for b in blocks:
         if isinstance(b, Heading):
-            parts.append(f"{'#' * b.level} {b.text}")
+            parts.append(f"{'#' * b.level} {md_text(b.text)}")
         elif isinstance(b, Paragraph):
-            parts.append(b.text)
+            parts.append(_md_paragraph(b.text))
         elif isinstance(b, Table):
-            lines = ["| " + " | ".join(map(_md_cell, b.header)) + " |",
+            lines = ["| " + " | ".join(map(md_text, b.header)) + " |",
                      "|" + "---|" + "---:|" * (len(b.header) - 1)]
-            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in b.rows]
+            lines += ["| " + " | ".join(map(md_text, row)) + " |" for row in b.rows]
             parts.append("\n".join(lines))
         elif isinstance(b, Image):
-            parts.append(f"![{b.alt}]({image_dir + '/' if image_dir else ''}{b.name})")
+            parts.append(f"![{md_text(b.alt)}]({image_dir + '/' if image_dir else ''}{b.name})")
         else:
             raise TypeError(f"not a document block: {b!r}")
     return "\n\n".join(parts) + "\n"

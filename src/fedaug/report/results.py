@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -17,6 +18,12 @@ from fedaug.report.runner import GRID_FILE, IGNORED, cell_dir, find_run, flatten
 from fedaug.report.stats import mean_std, paired_ttest
 
 WHICH = ("final", "best")
+
+
+def _number(x: float | None) -> float:
+    """A recorded metric: ``null`` in JSON stands for a non-finite value (fedaug writes NaN and
+    +-inf as null, :func:`fedaug.core.serialize.to_json`), read back as NaN."""
+    return math.nan if x is None else x
 
 
 @dataclass(frozen=True)
@@ -56,14 +63,14 @@ class Run:
 
     def score(self, which: str) -> float:
         """Mean-over-clients test metric at the ``"final"`` round or the ``"best"`` round (chosen
-        by ``eval.best_by``)."""
-        return self.summary[which]["eval"]["mean"][f"test_{self.metric}"]
+        by ``eval.best_by``); NaN where the record holds null."""
+        return _number(self.summary[which]["eval"]["mean"][f"test_{self.metric}"])
 
     def client_scores(self, which: str) -> dict[str, float]:
         """Each client's test metric at the final or best round."""
         per_client = self.summary[which]["eval"]["clients"]  # stored with sorted keys: client-10 before client-2
         order = [n for n in self.summary.get("clients", []) if n in per_client] or list(per_client)
-        return {name: per_client[name]["test"][self.metric] for name in order}
+        return {name: _number(per_client[name]["test"][self.metric]) for name in order}
 
     def comm_bytes(self) -> dict[str, int]:
         """Bytes sent down and up over all rounds, summed from the per-round records."""
@@ -73,7 +80,7 @@ class Run:
 
     def curve(self) -> dict[int, float]:
         """Evaluated round -> mean-over-clients test metric."""
-        return {r["round"]: r["eval"]["mean"][f"test_{self.metric}"] for r in self.rounds if "eval" in r}
+        return {r["round"]: _number(r["eval"]["mean"][f"test_{self.metric}"]) for r in self.rounds if "eval" in r}
 
     def seconds(self) -> float:
         """Training plus evaluation time over all rounds (s), from the records."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.core.serialize import atomic_write_json, atomic_write_text
-from fedaug.report.document import Block, Heading, Paragraph, Table, to_markdown
+from fedaug.report.document import Block, Heading, Paragraph, Table, md_text, to_markdown
 from fedaug.report.grid import DEFAULT_SETTING
 from fedaug.report.results import load_grid_results, summarize, summary_methods, summary_metric
 
@@ -21,7 +21,7 @@ def _pct(x: float | None) -> str:
 def results_table(summary: dict[str, Any]) -> str:
     """A Markdown table of the test metric (%: accuracy, or foreground Dice for segmentation) per
     client, their mean and the pooled test set, at the final round and at the best round (chosen
-    by the split in ``summary['best']['by']``)."""
+    by the split in ``summary['best']['by']``); client names are literal text (:func:`md_text`)."""
     final, best, m = summary["final"], summary["best"], summary["metric"]
     if final is None:
         return "(no evaluation was run)"
@@ -30,7 +30,7 @@ def results_table(summary: dict[str, Any]) -> str:
             f"| test {m} best (round {best['round']}, by {best['by']}) | test n |")
     lines = [head, "|---|---:|---:|---:|"]
     for name, res in fe["clients"].items():
-        lines.append(f"| {name} | {_pct(res['test'][m])} | {_pct(be['clients'][name]['test'][m])} "
+        lines.append(f"| {md_text(name)} | {_pct(res['test'][m])} | {_pct(be['clients'][name]['test'][m])} "
                      f"| {res['test']['n']} |")
     lines.append(f"| **mean over clients** | **{_pct(fe['mean'][f'test_{m}'])}** "
                  f"| **{_pct(be['mean'][f'test_{m}'])}** | |")

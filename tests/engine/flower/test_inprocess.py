@@ -81,6 +81,7 @@ def test_a_client_that_never_answers_times_out_and_the_run_completes(tmp_cfg):
     r1, r2 = records(summary["run_dir"])
     (drop,) = r1["dropped"]
     assert (drop["client"], drop["phase"], drop["reason"]) == (2, "train", "timeout")
+    assert drop["detail"] == "no reply to 'train' within the round timeout (run config round-timeout = 0.3 s)"
     assert set(r1["train"]["clients"]) == {"0", "1"} and r2["dropped"] == []
 
 

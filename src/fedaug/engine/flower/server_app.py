@@ -20,15 +20,16 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
 from fedaug.core.runtime import configure_process
-from fedaug.engine.fleet import Dropped, Reply
+from fedaug.engine.fleet import Dropped, Malformed, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
 from fedaug.engine.flower.codec import get_parts, put_parts
 from fedaug.engine.flower.settings import FlowerSettings
 from fedaug.engine.progress import Progress
-from fedaug.engine.records import RunDir
+from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
 from fedaug.engine.worker import build_worker_model
 from fedaug.methods.component import Phase, State
@@ -41,8 +42,49 @@ SHARED = ("num_partitions", "task", "num_classes", "input_shape")
 DESCRIBE_WAIT_S = 30.0
 
 
-def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[Federation, dict[int, int]]:
+#: each describe field and the check its value must pass
+DESCRIBE_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "client": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "num_partitions": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "name": ("a string", lambda v: isinstance(v, str)),
+    "num_train": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "num_val": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "num_test": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "num_classes": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "input_shape": ("a list of integers >= 1", lambda v: isinstance(v, list) and bool(v) and all(_int(x) and x >= 1 for x in v)),
+    "info": ("a JSON object", lambda v: isinstance(v, str) and isinstance(_json(v), dict)),
+}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def describe_problems(d: Mapping[str, Any], max_num_train: int) -> list[str]:
+    """Every way a SuperNode's describe record fails :data:`DESCRIBE_FIELDS` (its ``num_train``, the
+    aggregation weight, also at most ``max_num_train``: ``trust.max_num_train``)."""
+    out = [f"'{k}' must be {want}, got {d.get(k)!r}" for k, (want, ok) in DESCRIBE_FIELDS.items() if not ok(d.get(k))]
+    if not out and d["num_train"] > max_num_train:
+        out.append(f"'num_train' = {d['num_train']} is over trust.max_num_train = {max_num_train}")
+    if not out and d["client"] >= d["num_partitions"]:
+        out.append(f"'client' = {d['client']} is not below num_partitions = {d['num_partitions']}")
+    return out
+
+
+def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5, max_num_train: int = 10**9
+             ) -> tuple[Federation, dict[int, int]]:
     """Ask every SuperNode which client it serves; wait until each of the N clients has one.
+
+    A SuperNode whose describe record fails :func:`describe_problems` is left out (its reasons are
+    named if the federation is then incomplete), like one that never answers.
 
     Returns:
         The federation as the server knows it, and ``{client id: node id}``.
@@ -54,17 +96,24 @@ def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[F
     """
     deadline = time.monotonic() + connect_timeout
     described: dict[int, dict[str, Any]] = {}
+    refused: dict[int, str] = {}
     while True:
-        new = [n for n in grid.get_node_ids() if n not in described]
+        new = [n for n in grid.get_node_ids() if n not in described and n not in refused]
         if new:
             asks = [Message(RecordDict(), dst_node_id=n, message_type="query.describe", group_id="describe")
                     for n in new]
             # a registered node that never answers (a stale one) is asked again later, not waited for
             wait = min(max(deadline - time.monotonic(), poll_s), DESCRIBE_WAIT_S)
             for rep in grid.send_and_receive(asks, timeout=wait):
+                node = rep.metadata.src_node_id
                 if rep.has_error():
-                    raise FedaugError(f"SuperNode {rep.metadata.src_node_id} cannot serve this run: {rep.error.reason}")
-                described[rep.metadata.src_node_id] = dict(rep.content.config_records["describe"])
+                    raise FedaugError(f"SuperNode {node} cannot serve this run: {rep.error.reason}")
+                d = dict(rep.content.config_records.get("describe", {}))
+                problems = describe_problems(d, max_num_train)
+                if problems:
+                    refused[node] = "; ".join(problems)
+                else:
+                    described[node] = d
         nodes = _claims(described)
         total = next(iter(described.values()))["num_partitions"] if described else None
         if total is not None and len(nodes) == total:
@@ -73,7 +122,9 @@ def discover(grid: Grid, connect_timeout: float, poll_s: float = 0.5) -> tuple[F
             raise FedaugError(
                 f"only {len(nodes)} of {total if total is not None else 'N'} clients have a SuperNode after "
                 f"{connect_timeout:g} s (partition ids seen: {sorted(nodes) or 'none'}); start one SuperNode per "
-                "client with --node-config 'partition-id=K num-partitions=N', or raise the run config's connect-timeout")
+                "client with --node-config 'partition-id=K num-partitions=N', or raise the run config's connect-timeout"
+                + "".join(f"; SuperNode {n} was left out: its describe record is malformed ({why})"
+                          for n, why in sorted(refused.items())))
         time.sleep(poll_s)
     by_client = {described[n]["client"]: described[n] for n in nodes.values()}
     first = by_client[0]
@@ -126,7 +177,8 @@ class FlowerFleet:
         for cid in sorted(sent):
             rep = replies.get(self.nodes[cid])
             if rep is None:
-                yield cid, Dropped("timeout", f"no reply to '{message_type}' within {self.timeout:g} s")
+                yield cid, Dropped("timeout", f"no reply to '{message_type}' within the round timeout "
+                                              f"(run config round-timeout = {self.timeout:g} s)")
             elif rep.has_error():
                 yield cid, Dropped("error", rep.error.reason)
             else:
@@ -140,18 +192,31 @@ class FlowerFleet:
             put_parts(content, message(cid))
             contents.append((cid, content))
         for cid, rep in self._exchange(PHASE_TYPES[phase], r, contents, lr=lr):
-            if isinstance(rep, Dropped):
-                yield cid, rep
-                continue
-            metrics = {}
-            if phase == "train":
-                state = rep.content.config_records["state"]
-                if state["has_state"]:
-                    self._state_bytes[cid] = int(state["bytes"])
-                else:
-                    self._state_bytes.pop(cid, None)
-                metrics = dict(rep.content.metric_records[METRICS])
-            yield cid, Reply(get_parts(rep.content), metrics)
+            yield cid, rep if isinstance(rep, Dropped) else self._decode(phase, cid, rep)
+
+    def _decode(self, phase: Phase, cid: int, rep: Message) -> Reply | Malformed:
+        """The :class:`Reply` in a Flower reply, or :class:`Malformed` with the reason; never raises
+        (the parts themselves are checked by the exchange)."""
+        try:
+            parts = get_parts(rep.content)
+            if phase != "train":
+                return Reply(parts)
+            missing = [k for k, records in (("state", rep.content.config_records), (METRICS, rep.content.metric_records))
+                       if k not in records]
+            if missing:
+                return Malformed(f"the reply lacks its {' and '.join(map(repr, missing))} record")
+            state, metrics = rep.content.config_records["state"], dict(rep.content.metric_records[METRICS])
+            has, nbytes = state.get("has_state"), state.get("bytes")
+            if not isinstance(has, bool) or isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+                return Malformed(f"its 'state' record must hold has_state (true/false) and bytes (an integer >= 0), "
+                                 f"got has_state={has!r}, bytes={nbytes!r}")
+        except Exception as exc:  # a record Flower itself cannot read: the client's fault, never the server's
+            return Malformed(f"the reply cannot be read ({type(exc).__name__}: {exc})")
+        if has:
+            self._state_bytes[cid] = nbytes
+        else:
+            self._state_bytes.pop(cid, None)
+        return Reply(parts, metrics)
 
     def state_bytes(self) -> dict[int, int]:
         return dict(self._state_bytes)
@@ -173,15 +238,45 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     cfg = pin(settings.cfg)  # its run directory records the options that change the numbers
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     configure_process(cfg.threads)  # a ServerApp is a process entry point (docs/engine.md)
-    federation, nodes = discover(grid, settings.connect_timeout)
+    federation, nodes = discover(grid, settings.connect_timeout, max_num_train=cfg.trust.max_num_train)
     model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
     fleet = FlowerFleet(grid, nodes, settings.round_timeout)
     server = Server(cfg, recipe, model, federation, fleet)
-    run_dir = RunDir.start(cfg, settings.out_dir or None)
-    if not quiet:
-        print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
-              f"run directory {run_dir.path}", file=sys.stderr, flush=True)
-    return server.run(run_dir, Progress(cfg.train.rounds, quiet=quiet))
+    if settings.resume_dir:
+        run_dir = RunDir.open(settings.resume_dir, write=True)
+    else:
+        run_dir = RunDir.start(cfg, settings.out_dir or None)
+    with run_dir:  # this process is the run directory's one writer until the run ends
+        if settings.resume_dir:
+            resume(server, run_dir)
+        if not quiet:
+            print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
+                  f"run directory {run_dir.path}", file=sys.stderr, flush=True)
+        return server.run(run_dir, Progress(cfg.train.rounds, start=server.round, quiet=quiet))
+
+
+def resume(server: Server, run_dir: RunDir) -> None:
+    """Continue the Flower run in ``run_dir`` (opened for writing) from its newest checkpoint (from
+    round 1 if it has none).
+
+    Raises:
+        CheckpointError: its checkpoint was written by another config, its records lack a round the
+            checkpoint covers, or its clients kept per-client state: that state lived on the
+            SuperNodes, is in no checkpoint, and a new Flower run starts without it.
+    """
+    path = run_dir.path
+    if pin(parse_config(read_toml(run_dir.path / CONFIG))) != server.cfg:
+        raise CheckpointError(f"the run in '{path}' was made with another config than this Flower app's; resume it "
+                              "with an app written from its config.toml (fedaug flower app PATH/config.toml)")
+    kept = [r["round"] for r in run_dir.rounds() if r.get("client_state", {}).get("total_bytes")]
+    if kept:
+        raise CheckpointError(
+            f"the run in '{path}' keeps per-client state on its SuperNodes (rounds {kept[0]}-{kept[-1]}), which no "
+            "checkpoint holds and a new Flower run does not have; start the run anew (resume-dir = '')")
+    payload = run_dir.load_latest()
+    if payload is not None:
+        server.restore(payload)
+    run_dir.truncate_rounds(server.round)
 
 
 def make_server_app(defaults: Mapping[str, Any] | None = None,

@@ -18,8 +18,8 @@ from fedaug.config.load import apply_overrides, dump_toml, parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError
 
-CONFIG, OVERRIDES, ROUND_TIMEOUT, CONNECT_TIMEOUT, OUT_DIR = (
-    "fedaug-config", "fedaug-overrides", "round-timeout", "connect-timeout", "out-dir")
+CONFIG, OVERRIDES, ROUND_TIMEOUT, CONNECT_TIMEOUT, OUT_DIR, RESUME_DIR = (
+    "fedaug-config", "fedaug-overrides", "round-timeout", "connect-timeout", "out-dir", "resume-dir")
 
 #: the Flower run config keys fedaug reads, their defaults and meaning
 KEYS: dict[str, tuple[Any, str]] = {
@@ -28,6 +28,8 @@ KEYS: dict[str, tuple[Any, str]] = {
     ROUND_TIMEOUT: (600.0, "seconds the server waits for the replies of one phase; 0 waits for all"),
     CONNECT_TIMEOUT: (120.0, "seconds the server waits for every client's SuperNode at the start"),
     OUT_DIR: ("", "where the server writes the run directory (default: the config's out_dir)"),
+    RESUME_DIR: ("", "a run directory of this config to finish from its newest checkpoint (a method whose "
+                     "clients keep no per-client state); default: a new run"),
 }
 
 
@@ -40,6 +42,7 @@ class FlowerSettings:
         round_timeout: seconds to wait for one phase's replies (``None``: no limit).
         connect_timeout: seconds to wait for every client's SuperNode to connect.
         out_dir: where the server writes the run directory.
+        resume_dir: a run directory to finish (``""``: start a new one).
 
     >>> from fedaug.config.schema import validate
     >>> run_config = run_config_for(validate({}), round_timeout=0, fedaug_overrides="train.rounds=3")
@@ -52,6 +55,7 @@ class FlowerSettings:
     round_timeout: float | None
     connect_timeout: float
     out_dir: str
+    resume_dir: str = ""
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> "FlowerSettings":
@@ -76,7 +80,8 @@ class FlowerSettings:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"run config '{key}' must be a number of seconds >= 0, got {value!r}")
             times[key] = float(value)
-        return cls(cfg, times[ROUND_TIMEOUT] or None, times[CONNECT_TIMEOUT], str(run_config.get(OUT_DIR, "")))
+        return cls(cfg, times[ROUND_TIMEOUT] or None, times[CONNECT_TIMEOUT], str(run_config.get(OUT_DIR, "")),
+                   str(run_config.get(RESUME_DIR, "")))
 
 
 def run_config_for(cfg: RunConfig, **settings: Any) -> dict[str, Any]:

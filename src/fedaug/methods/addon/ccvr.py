@@ -169,7 +169,7 @@ class CCVR(Component):
         _, head = classifier_head(model)
         k, d = head.out_features, head.in_features
         return {"mean": TensorSpec((k, d), torch.float32), "cov": TensorSpec((k, d, d), torch.float32),
-                "count": TensorSpec((k,), torch.float32)}
+                "count": TensorSpec((k,), torch.float32, low=0.0)}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         return {k: TensorSpec.like(v) for k, v in server.items()} if phase == "train" else {}

@@ -14,6 +14,7 @@ Wire format (rows are samples, flattened so that the server needs no shapes):
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 
 import torch
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.layers.attach import output_shape
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 
 POOL = ("x", "y", "owner")
@@ -43,11 +45,9 @@ def pool_downlink_spec(y_dtype: torch.dtype) -> Spec:
             "y": TensorSpec((None, None), y_dtype), "owner": TensorSpec((None,), torch.int64)}
 
 
-def pool_uplink_spec(server: State, y_dtype: torch.dtype) -> Spec:
-    """Contributions must match the pool's row widths once it has rows."""
-    d, e = (server["x"].shape[1], server["y"].shape[1]) if server["x"].shape[0] else (None, None)
-    return {"x": TensorSpec((None, d), torch.float32), "y": TensorSpec((None, e), y_dtype),
-            "have": TensorSpec((), torch.int64)}
+def pool_uplink_spec(d: int | None, y: TensorSpec) -> Spec:
+    """Contributions: ``x (n, d)``, labels ``y`` with the same ``n`` rows, and ``have >= 0``."""
+    return {"x": TensorSpec(("rows", d), torch.float32), "y": y, "have": TensorSpec((), torch.int64, low=0)}
 
 
 def merge_pool(held: State, part: Part, name: str) -> dict[str, Tensor]:
@@ -97,6 +97,15 @@ class PoolAug(Component, abc.ABC):
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         """This client's rows: ``x (n, *sample)`` float32 and ``y (n, ...)``."""
 
+    @abc.abstractmethod
+    def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
+        """The spec of the uploaded labels ``y (n, E)`` (rows named ``"rows"``), given the model's
+        :func:`~fedaug.layers.attach.output_shape` ``output``."""
+
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
+        """Fix the upload's row widths from the input shape and the model's output (round 1 included)."""
+        self._up = pool_uplink_spec(math.prod(input_shape), self.label_spec(output_shape(model, input_shape)))
+
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._pool = merge_pool(state, part, self.name)
         others = self._pool["owner"] != ctx.client_id
@@ -134,7 +143,7 @@ class PoolAug(Component, abc.ABC):
         return pool_downlink_spec(self.y_dtype)
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        return pool_uplink_spec(server, self.y_dtype)
+        return self._up
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         return aggregate_pool(server, uplinks)

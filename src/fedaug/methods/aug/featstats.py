@@ -141,10 +141,12 @@ class FeatureStatsAug(Component, abc.ABC):
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
+        """An empty downlink, and each attach point's channel count from the layers :meth:`setup`
+        attached (so uploads are checked against it from round 1)."""
         names = self.names(model)
         empty = torch.zeros(0)
         return {"layers": names, "part": {f"{n}.{k}": empty for n in names for k in self.down_keys},
-                "channels": {}}
+                "channels": {n: layer.num_channels for n, layer in self.layers.items()}}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return dict(server["part"])
@@ -154,7 +156,7 @@ class FeatureStatsAug(Component, abc.ABC):
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         channels: dict[str, Any] = server["channels"]
-        return {f"{n}.{k}": TensorSpec((channels.get(n),), torch.float32)
+        return {f"{n}.{k}": TensorSpec((channels.get(n),), torch.float32, low=0.0 if k == "running_std" else None)
                 for n in server["layers"] for k in self.up_keys}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:

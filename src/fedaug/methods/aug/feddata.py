@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.payload import TensorSpec
 from fedaug.layers.mixing import soft_labels
 from fedaug.methods.aug._sharing import PoolAug
 from fedaug.methods.component import Batch, ClientCtx
@@ -41,6 +42,11 @@ class FedData(PoolAug):
             raise ConfigError(f"feddata.fraction must be in (0, 1], got {fraction}")
         check_range("feddata.per_batch", per_batch, lo=0.0, lo_open=True)
         self.fraction, self.per_batch = float(fraction), float(per_batch)
+
+    def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
+        """Integer labels in ``[0, K)``: one per sample (``output = (K,)``) or one per pixel/voxel
+        (``output = (K, *spatial)``)."""
+        return TensorSpec(("rows", math.prod(output[1:])), torch.int64, low=0, high=output[0] - 1)
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         n = len(ctx.data)

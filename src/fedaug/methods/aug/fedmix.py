@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.payload import TensorSpec
 from fedaug.layers.mixing import mix, soft_labels
 from fedaug.methods.aug._sharing import PoolAug
 from fedaug.methods.options import check_choice, check_noise, check_range, require_classification
@@ -102,6 +103,10 @@ class FedMix(PoolAug):
         check_range("fedmix.mean_batch", mean_batch, lo=1, integer=True)
         self.lam, self.mean_batch = float(lam), mean_batch
         self.mode = check_choice(self.name, "mode", mode, MODES)
+
+    def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
+        """Mean soft labels ``(n, K)``, each value in ``[0, 1]``."""
+        return TensorSpec(("rows", output[0]), torch.float32, low=0.0, high=1.0)
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         require_classification(ctx, self.name)

@@ -100,6 +100,10 @@ class FedRDN(Component):
         self._eval: tuple[Tensor, Tensor] = (empty, empty)  # one (C,) pair
         self._channels = 0
         self._upload: tuple[Tensor, Tensor] | None = None
+        self._in_channels: int | None = None  # the inputs' channels, from setup
+
+    def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
+        self._in_channels = input_shape[0]  # what every uploaded pair holds, known from round 1
 
     # --- client side -----------------------------------------------------------------------
     def _federation(self, ctx: ClientCtx, table: Part, state: State) -> tuple[Tensor, Tensor, int, bool]:
@@ -166,8 +170,8 @@ class FedRDN(Component):
                 "std": TensorSpec((None, None), torch.float32)}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        channels = server["mean"].shape[1] if server["mean"].shape[0] else None
-        return {k: TensorSpec((None, channels), torch.float32) for k in ("mean", "std")}
+        return {"mean": TensorSpec(("rows", self._in_channels), torch.float32),
+                "std": TensorSpec(("rows", self._in_channels), torch.float32, low=0.0)}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         rows = {int(i): (m, s) for i, m, s in zip(server["ids"], server["mean"], server["std"])}

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.layers.attach import dry_run, output_shape
 from fedaug.layers.mixing import soft_labels
 from fedaug.methods.options import check_choice, check_noise, range_problem, require_classification
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, extract_features,
@@ -96,6 +97,8 @@ class FLea(Component):
         self.distill_on = check_choice(self.name, "distill_on", distill_on, DISTILL_ON)
         self.max_buffer, self.share_noise, self.share_noise_scale = max_buffer, float(share_noise), share_noise_scale
         self._teacher: nn.Module | None = None
+        self._width: int | None = None  # flattened feature size and class count, from setup
+        self._classes: int | None = None
 
     def dcor_weight_at(self, round: int) -> float:
         """lambda2 in ``round`` (1-based): constant, or linear from ``dcor_weight`` to ``dcor_final_weight``."""
@@ -112,6 +115,10 @@ class FLea(Component):
         elif self.stage not in stages:
             raise ConfigError(f"flea.stage '{self.stage}' is not a stage of {type(model).__name__}; "
                               f"choose from {', '.join(stages)}")
+        with dry_run(model):  # what every shared row holds: D values and a label below the class count
+            f = extract_features(model, torch.zeros(2, *input_shape), self.stage)
+        self._width = f.flatten(1).shape[1] if isinstance(f, Tensor) else None
+        self._classes = output_shape(model, input_shape)[0]
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         require_classification(ctx, self.name)
@@ -192,13 +199,17 @@ class FLea(Component):
     def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         if phase != "train":
             return {}
-        return {"features": TensorSpec((None, None), torch.float32), "labels": TensorSpec((None,), torch.int64)}
+        return self._rows_spec(width=None)  # the empty round-1 buffer is (0, 0); receive checks D
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        if phase != "query":
-            return {}
-        d = server["features"].shape[1] if server["features"].shape[0] else None
-        return {"features": TensorSpec((None, d), torch.float32), "labels": TensorSpec((None,), torch.int64)}
+        return self._rows_spec(width=self._width) if phase == "query" else {}
+
+    def _rows_spec(self, width: int | None) -> Spec:
+        """Shared rows: ``features (n, width)`` and ``labels (n,)`` in ``[0, num_classes)``, the
+        class count from :meth:`setup` (known from round 1)."""
+        return {"features": TensorSpec(("rows", width), torch.float32),
+                "labels": TensorSpec(("rows",), torch.int64, low=0,
+                                     high=None if self._classes is None else self._classes - 1)}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         return merge_buffer(uplinks, self.max_buffer) if phase == "query" else server

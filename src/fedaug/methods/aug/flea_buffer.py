@@ -9,7 +9,6 @@ row), which it never sends.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
@@ -54,13 +53,7 @@ def merge_buffer(uplinks: Sequence[Uplink], max_rows: int) -> State:
     Returns:
         ``{"features": (N, D), "labels": (N,), "owner": (N,)}`` with ``N <= max_rows``.
     """
-    good = []
-    for u in uplinks:
-        if u.part["features"].shape[0] != u.part["labels"].shape[0]:
-            warnings.warn(f"flea: client {u.client_id} sent {u.part['features'].shape[0]} feature rows but "
-                          f"{u.part['labels'].shape[0]} labels; its contribution is dropped")
-        elif u.part["features"].shape[0] > 0:
-            good.append(u)
+    good = [u for u in uplinks if u.part["features"].shape[0] > 0]  # rows and labels agree (uplink spec)
     if not good:
         return empty_buffer()
     sizes = [u.part["features"].shape[0] for u in good]

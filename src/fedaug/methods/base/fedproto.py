@@ -19,7 +19,7 @@ def prototype_spec(model: nn.Module) -> Spec:
     """Prototypes ``(K, D)`` and per-class weights ``(K,)`` for ``model``'s linear head."""
     _, head = classifier_head(model)
     k, d = head.out_features, head.in_features
-    return {"protos": TensorSpec((k, d), torch.float32), "counts": TensorSpec((k,), torch.float32)}
+    return {"protos": TensorSpec((k, d), torch.float32), "counts": TensorSpec((k,), torch.float32, low=0.0)}
 
 
 @METHODS.register("fedproto", "FedProto (Tan et al. 2022): local models, shared class prototypes (lam)")
