@@ -161,3 +161,9 @@ def test_values_a_config_file_cannot_hold_are_refused(raw, match):
 def test_none_options_stay_defaults_and_are_not_written():
     cfg = validate({"method": {"augs": ["fedfa"], "options": {"fedfa": {"lam": None}}}})
     assert "lam" not in tomllib.loads(dump_toml(cfg.to_dict()))["method"]["options"]["fedfa"]
+
+
+@pytest.mark.parametrize("key", ["in_channels", "num_classes"])
+def test_model_options_the_dataset_sets_are_refused_with_the_fix(key):
+    with pytest.raises(ConfigError, match=rf"'model.options.{key}' is set by the dataset.*remove it from \[model.options\]"):
+        validate({"model": {"name": "small_cnn", "options": {key: 3}}})

@@ -202,6 +202,10 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fits(cfg.trust.max_abs_parts, dict[str, float]):  # else its type is reported already
         problems += [f"'trust.max_abs_parts.{part}' must be a finite number > 0, got {bound!r}"
                      for part, bound in cfg.trust.max_abs_parts.items() if bound <= 0]
+    fixed = sorted({"in_channels", "num_classes"} & set(cfg.model.options))
+    if fixed:
+        problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
+                        "data); remove it from [model.options]")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg

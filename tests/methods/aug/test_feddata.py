@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from fedaug.core.errors import ConfigError
 from fedaug.engine.simulate import build_simulation

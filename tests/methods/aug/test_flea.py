@@ -14,9 +14,10 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.flea import FLea
-from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, extract_features, merge_buffer,
+from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, merge_buffer,
                                             mix_features, share_indices)
 from fedaug.methods.component import Uplink
+from fedaug.models.split import extract_features
 from tests.conftest import tiny_raw
 
 

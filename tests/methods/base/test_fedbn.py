@@ -6,7 +6,7 @@ import torch
 
 from fedaug.config.schema import validate
 from fedaug.engine.simulate import build_simulation
-from fedaug.methods.base.fedbn import FedBN, norm_layer_keys
+from fedaug.methods.base.fedbn import norm_layer_keys
 from fedaug.methods.component import ClientCtx
 from tests.conftest import tiny_raw
 

@@ -32,11 +32,11 @@ from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import dry_run, output_shape
 from fedaug.layers.mixing import soft_labels
 from fedaug.methods.options import check_choice, check_noise, range_problem, require_classification
-from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, extract_features,
-                                            merge_buffer, mix_features, share_indices)
+from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, merge_buffer,
+                                            mix_features, share_indices)
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
-from fedaug.models.split import forward_back, forward_front, split_stages
+from fedaug.models.split import extract_features, forward_back, forward_front, split_stages
 from fedaug.privacy.dcor import distance_correlation
 from fedaug.privacy.noise import add_gaussian_noise
 

@@ -17,7 +17,6 @@ from torch import Tensor
 from fedaug.core.rng import generator
 from fedaug.layers.mixing import mix, sample_beta
 from fedaug.methods.component import State, Uplink
-from fedaug.models.split import extract_features  # noqa: F401  (moved; flea.py imports it from here)
 
 
 def empty_buffer() -> State:
