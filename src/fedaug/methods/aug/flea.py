@@ -97,7 +97,7 @@ class FLea(Component):
         self.distill_on = check_choice(self.name, "distill_on", distill_on, DISTILL_ON)
         self.max_buffer, self.share_noise, self.share_noise_scale = max_buffer, float(share_noise), share_noise_scale
         self._teacher: nn.Module | None = None
-        self._width: int | None = None  # flattened feature size and class count, from setup
+        self._shape: tuple[int, ...] | None = None  # one sample's features and the class count, from setup
         self._classes: int | None = None
 
     def dcor_weight_at(self, round: int) -> float:
@@ -117,7 +117,7 @@ class FLea(Component):
                               f"choose from {', '.join(stages)}")
         with dry_run(model):  # what every shared row holds: D values and a label below the class count
             f = extract_features(model, torch.zeros(2, *input_shape), self.stage)
-        self._width = f.flatten(1).shape[1] if isinstance(f, Tensor) else None
+        self._shape = tuple(f.shape[1:]) if isinstance(f, Tensor) else None
         self._classes = output_shape(model, input_shape)[0]
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
@@ -134,10 +134,7 @@ class FLea(Component):
         feats, labels = part["features"], part["labels"]
         self._buf_x, self._buf_y = feats[:0], labels
         if feats.shape[0]:
-            was = ctx.model.training
-            with torch.no_grad():
-                shape = forward_front(ctx.model.eval(), ctx.data.x[:1], self.stage).shape[1:]
-            ctx.model.train(was)
+            shape = self._shape or ()
             if feats.shape[1] != math.prod(shape):
                 raise PayloadError(f"flea: buffer rows hold {feats.shape[1]} values, this client's features at "
                                    f"'{self.stage}' {tuple(shape)} hold {math.prod(shape)}")
@@ -202,7 +199,8 @@ class FLea(Component):
         return self._rows_spec(width=None)  # the empty round-1 buffer is (0, 0); receive checks D
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        return self._rows_spec(width=self._width) if phase == "query" else {}
+        width = None if self._shape is None else math.prod(self._shape)
+        return self._rows_spec(width=width) if phase == "query" else {}
 
     def _rows_spec(self, width: int | None) -> Spec:
         """Shared rows: ``features (n, width)`` and ``labels (n,)`` in ``[0, num_classes)``, the
