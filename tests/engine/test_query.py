@@ -83,3 +83,27 @@ def test_bad_query_part_is_rejected_with_its_reason_and_the_others_go_on():
 def test_no_querier_no_phase(tiny_cfg):
     rec = build_simulation(tiny_cfg).run_round(1)
     assert "after_aggregate" not in rec
+
+
+class Drawer(Asker):
+    """Takes the server's random stream in ``aggregate`` and keeps its first draw per phase."""
+
+    name = "drawer"
+
+    def aggregate(self, server, uplinks, phase="train", rng=None):
+        self.calls.append(f"aggregate:{phase}")
+        return {**server, phase: float(torch.rand((), generator=rng))}
+
+
+def test_aggregate_gets_the_server_stream_of_seed_round_component_and_phase_only_when_it_takes_one():
+    from fedaug.core.rng import generator
+
+    drawer, asker = Drawer(), Asker()
+    sim = simulation(drawer)
+    sim.run_round(1)
+    for phase in ("train", "query"):
+        want = float(torch.rand((), generator=generator(sim.cfg.seed, "server", 1, "drawer", phase)))
+        assert sim.server["drawer"][phase] == want
+    assert sim.server["drawer"]["train"] != sim.server["drawer"]["query"]
+    simulation(asker).run_round(1)  # an aggregate without rng is called as before
+    assert asker.calls.count("aggregate:query") == 1

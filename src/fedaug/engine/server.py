@@ -12,6 +12,7 @@ code, so the same config and seed give the same numbers on either (DESIGN.md inv
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from torch import nn
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
+from fedaug.core.rng import generator
 from fedaug.data.base import FederatedData
 from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
@@ -137,18 +139,22 @@ class Server:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
         return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs, self.cfg.trust.bound)
 
-    def _aggregate(self, phase: Phase, result: PhaseResult) -> dict[str, str] | None:
-        """Each component that replies in ``phase`` folds the accepted replies, sorted by client id;
-        the new server state is committed only if it passes :func:`state_problems`. Else the
-        previous state is kept and the reason returned (the round record's ``aggregate``)."""
+    def _aggregate(self, phase: Phase, r: int, result: PhaseResult) -> dict[str, str] | None:
+        """Each component that replies in ``phase`` folds the accepted replies, sorted by client id
+        (with the server's random stream of (seed, "server", r, component, phase) where its
+        ``aggregate`` takes one); the new server state is committed only if it passes
+        :func:`state_problems`. Else the previous state is kept and the reason returned (the round
+        record's ``aggregate``)."""
         order = sorted(result.replies)  # aggregation order is fixed, whatever order the answers came in
         num_train = self.federation.num_train
         new = dict(self.server)
         for c in self.recipe.participants(phase):
             if phase == "train" or c.uplink_spec(self.server[c.name], phase):
+                extra = ({"rng": generator(self.cfg.seed, "server", r, c.name, phase)}
+                         if "rng" in inspect.signature(c.aggregate).parameters else {})
                 new[c.name] = c.aggregate(
                     self.server[c.name], [Uplink(cid, num_train[cid], result.replies[cid].message[c.name]) for cid in order],
-                    phase)
+                    phase, **extra)
         problems = [p for name, st in new.items() if st is not self.server[name]
                     for p in state_problems(st, self.cfg.trust.bound(name), name)]
         if problems:
@@ -174,13 +180,13 @@ class Server:
                 f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
                 f"fewer than train.min_clients={cfg.train.min_clients} ({reasons})"
             )
-        kept = [k for k in [self._aggregate("train", train)] if k]
+        kept = [k for k in [self._aggregate("train", r, train)] if k]
         order = sorted(train.replies)
         down, up = dict(train.down), dict(train.up)
         query = None
         if any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
             query = self._exchange("query", r, lr, order)  # e.g. FLea: features of the new global model
-            kept += [k for k in [self._aggregate("query", query)] if k]
+            kept += [k for k in [self._aggregate("query", r, query)] if k]
             for name, nbytes in query.down.items():
                 down[name] = down.get(name, 0) + nbytes
             for name, nbytes in query.up.items():

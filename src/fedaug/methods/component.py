@@ -239,6 +239,12 @@ class Component:
         ``"query"`` makes the engine run the query phase."""
         return {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
-        """The new server state from the accepted replies of ``phase`` (sorted by client id)."""
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train",
+                  rng: torch.Generator | None = None) -> State:
+        """The new server state from the accepted replies of ``phase`` (sorted by client id).
+
+        ``rng`` is the server's random stream for this component, round and phase, seeded from
+        (seed, "server", round, component, phase) (e.g. DP-FedAvg's server-side noise); the engine
+        passes it to every ``aggregate`` that takes an ``rng`` parameter (one written without it
+        still works), ``None`` where a caller has none."""
         return server

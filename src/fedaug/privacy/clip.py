@@ -1,0 +1,60 @@
+"""L2 clipping of a set of tensors taken as one vector: the bounded contribution that robust
+aggregation (update-norm clipping) and every Gaussian mechanism (its sensitivity) rest on.
+
+The norm is computed in float64 over all floating tensors of the set together (Abadi et al. 2016,
+Eq. 1 per sample; McMahan et al. 2018, DP-FedAvg, ``clip(Delta, S)`` per client update):
+``x * min(1, C / ||x||_2)``. Integer tensors (counters, e.g. BatchNorm's ``num_batches_tracked``)
+are left as they are and do not count towards the norm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+
+def l2_norm(tensors: Mapping[str, Tensor]) -> float:
+    """``sqrt(sum_k ||t_k||^2)`` over the floating tensors of ``tensors``, in float64.
+
+    >>> l2_norm({"a": torch.tensor([3.0]), "b": torch.tensor([4.0]), "n": torch.tensor(7)})
+    5.0
+    """
+    total = sum((float(t.detach().double().pow(2).sum()) for t in tensors.values() if t.is_floating_point()), 0.0)
+    return total**0.5
+
+
+def clip_factor(norm: float, max_norm: float) -> float:
+    """``min(1, max_norm / norm)``: the factor that brings a vector of L2 norm ``norm`` within
+    ``max_norm`` (1 for a zero vector).
+
+    Raises:
+        ValueError: ``max_norm`` is not a finite number > 0.
+    """
+    if not (max_norm > 0 and max_norm < float("inf")):
+        raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
+    return 1.0 if norm <= max_norm else max_norm / norm
+
+
+def clip_by_l2(tensors: Mapping[str, Tensor], max_norm: float) -> tuple[dict[str, Tensor], float]:
+    """Scale the floating tensors of ``tensors`` together so that their joint L2 norm is at most
+    ``max_norm``; integer tensors are returned unchanged. The inputs are not modified.
+
+    Args:
+        tensors: ``{name: tensor}``, any shapes.
+        max_norm: the bound C > 0.
+
+    Returns:
+        ``(clipped, norm)``: the clipped tensors (same names, shapes and dtypes) and the norm
+        before clipping, for the records.
+
+    >>> out, norm = clip_by_l2({"w": torch.tensor([6.0, 8.0])}, 5.0)
+    >>> out["w"].tolist(), norm
+    ([3.0, 4.0], 10.0)
+    """
+    norm = l2_norm(tensors)
+    factor = clip_factor(norm, max_norm)
+    if factor == 1.0:
+        return dict(tensors), norm
+    return {k: (t * factor).to(t.dtype) if t.is_floating_point() else t for k, t in tensors.items()}, norm
