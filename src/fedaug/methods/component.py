@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from fedaug.core.payload import Part, Spec
 from fedaug.core.rng import generator
 from fedaug.data.base import Split
+from fedaug.privacy.release import GaussianRelease
 from fedaug.metrics.tasks import Task
 
 State = dict[str, Any]
@@ -167,6 +168,9 @@ class Component:
     needs_global_model: ClassVar[bool] = False
     #: (server rules) whether clients train from a global model (``False``: FedProto's local models).
     keeps_global_model: ClassVar[bool] = True
+    #: the artefacts this component releases under a Gaussian mechanism (set by its DP options;
+    #: read by the privacy accountant, :mod:`fedaug.privacy.release`); none by default.
+    releases: tuple[GaussianRelease, ...] = ()
 
     # --- client side -----------------------------------------------------------------------
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
