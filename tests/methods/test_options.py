@@ -24,7 +24,8 @@ def test_the_enumeration_finds_the_known_options():
     assert {("fedprox", "mu"), ("fedfa", "eps"), ("flea", "dcor_final_weight"), ("norm", "mean"),
             ("fedadam", "beta2"), ("mixstyle", "alpha")} <= set(FLOATS)
     assert set(COUNTS) == {("ccvr", "num_virtual"), ("ccvr", "epochs"), ("ccvr", "batch_size"),
-                           ("fedmix", "mean_batch"), ("flea", "dcor_decay_rounds"), ("flea", "max_buffer")}
+                           ("fedmix", "mean_batch"), ("flea", "dcor_decay_rounds"), ("flea", "max_buffer"),
+                           ("krum", "f"), ("krum", "m")}
 
 
 def _recipe(name: str) -> dict[str, object]:

@@ -59,15 +59,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def config():
-    return validate({"seed": 3, "data": {"name": "synthetic", "options": {"num_clients": 2, "samples_per_client": 24,
+def config(num_clients: int = 2):
+    return validate({"seed": 3, "data": {"name": "synthetic", "options": {"num_clients": num_clients,
+                                                                            "samples_per_client": 24,
                                                                             "num_classes": 3, "size": 8}},
                      "model": {"name": "small_cnn", "options": {"width": 4}},
                      "train": {"rounds": 2, "local_steps": 2, "batch_size": 8, "lr": 0.05, "participation": 1.0}})
 
 
 def run(base: str, aug: str) -> tuple[dict, Simulation]:
-    cfg = config()
+    cfg = config(3 if base == "krum" else 2)  # Krum needs M > 2f + 2 updates (f = 0 by default)
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     try:
         other = Jitter() if aug == "jitter" else build_component(aug, {})

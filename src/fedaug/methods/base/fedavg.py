@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 
+from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
-from fedaug.methods.options import check_choice
+from fedaug.methods.options import check_choice, range_problem
 from fedaug.methods.recipe import METHODS
+from fedaug.privacy.clip import clip_by_l2
+from fedaug.privacy.release import GaussianRelease
 
 WEIGHTINGS = ("samples", "uniform")
 BN_POLICIES = ("average", "local", "drop")
+#: where client updates are clipped (option ``clip_at``): by the server on receipt, or by the client.
+CLIP_SITES = ("server", "client")
 
 
 def norm_stat_keys(model: nn.Module) -> list[str]:
@@ -46,6 +51,27 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
     return acc.to(tensors[0].dtype)
 
 
+def clip_update(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor],
+                max_norm: float) -> tuple[dict[str, Tensor], float]:
+    """``reference + clip(weights - reference, max_norm)``: a client's weights with its update
+    Delta = w_k - w bounded to L2 norm ``max_norm`` over all floating entries together
+    (DP-FedAvg's ``clip``, McMahan et al. 2018, arXiv:1710.06963, Alg. 1; :func:`~fedaug.privacy.clip.clip_by_l2`).
+
+    Args:
+        weights: the client's ``{key: tensor}`` (any shapes); not modified.
+        reference: the global weights it trained from, the same keys and shapes.
+        max_norm: the bound C > 0.
+
+    Returns:
+        The bounded weights (each entry in its own dtype; integer entries, e.g. BatchNorm's
+        ``num_batches_tracked``, as received) and ``||Delta||_2`` before clipping.
+    """
+    floating = [k for k, t in weights.items() if t.is_floating_point()]
+    delta, norm = clip_by_l2({k: weights[k].double() - reference[k].double() for k in floating}, max_norm)
+    bounded = {k: (reference[k].double() + delta[k]).to(weights[k].dtype) for k in floating}
+    return {k: bounded.get(k, t) for k, t in weights.items()}, norm
+
+
 @METHODS.register("fedavg", "FedAvg (McMahan et al. 2017): weighted mean of the clients' weights")
 class FedAvg(Component):
     """Federated Averaging: clients start from the global weights; the server averages theirs.
@@ -62,17 +88,49 @@ class FedAvg(Component):
             in its per-client state and is evaluated with them, as SiloBN), ``"drop"`` (removed:
             every BatchNorm layer normalises with the current batch's statistics, in training
             and evaluation, so results depend on the evaluation batch size).
+        clip_norm: bound C on each client's update Delta_k = w_k - w over all floating shared
+            entries (:func:`clip_update`); 0 (default) clips nothing.
+        clip_at: who clips: ``"server"`` (on receipt, Flower's server-side fixed clipping) or
+            ``"client"`` (before sending, from the global weights it received; Flower's
+            ``fixedclipping_mod``). Only ``"server"`` bounds a client that does not follow the protocol.
+        noise_multiplier: z >= 0; z > 0 is DP-FedAvg's update mechanism (McMahan et al. 2018,
+            arXiv:1710.06963, Alg. 1): N(0, (z C / m)^2) added by the server to every floating
+            coordinate of the average of the m accepted clipped updates. Needs ``clip_norm > 0``
+            and ``weighting="uniform"`` (the sensitivity C / m holds for the uniform mean only);
+            declared in :attr:`releases` for the privacy accountant.
 
     >>> fedavg = FedAvg(weighting="uniform", bn="local")
+    >>> dp = FedAvg(weighting="uniform", clip_norm=1.0, noise_multiplier=1.1)
+    >>> dp.releases[0].what, dp.releases[0].sensitivity
+    ('model update', 1.0)
     """
 
     name = "fedavg"
     role = "server"
     phases = ("train", "query", "evaluate")
 
-    def __init__(self, *, weighting: str = "samples", bn: str = "average") -> None:
+    def __init__(self, *, weighting: str = "samples", bn: str = "average", clip_norm: float = 0.0,
+                 clip_at: str = "server", noise_multiplier: float = 0.0) -> None:
         self.weighting = check_choice(self.name, "weighting", weighting, WEIGHTINGS)
         self.bn = check_choice(self.name, "bn", bn, BN_POLICIES)
+        self.clip_at = check_choice(self.name, "clip_at", clip_at, CLIP_SITES)
+        problems = [p for p in (range_problem(f"{self.name}.clip_norm", clip_norm, lo=0.0),
+                                range_problem(f"{self.name}.noise_multiplier", noise_multiplier, lo=0.0)) if p]
+        if not problems and noise_multiplier > 0 and clip_norm == 0:
+            problems.append(f"{self.name}.noise_multiplier={noise_multiplier} needs {self.name}.clip_norm > 0 "
+                            "(the noise is calibrated to the clipping bound C): set clip_norm")
+        if not problems and noise_multiplier > 0 and weighting == "samples":
+            problems.append(f"{self.name}.noise_multiplier={noise_multiplier} needs {self.name}.weighting='uniform': "
+                            "with weights n_k / n one client moves the average by up to C n_k / n, not C / m, "
+                            "so the noise z C / m would not cover it (Flower's DP wrappers keep the inner "
+                            "strategy's example weights and leave this to the user)")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.clip_norm, self.noise_multiplier = float(clip_norm), float(noise_multiplier)
+        if self.noise_multiplier > 0:
+            self.releases = (GaussianRelease("model update", self.noise_multiplier, self.clip_norm,
+                                             "every_round", "client"),)
+        self._received: Part = {}  # the global weights this client trains from (clip_at="client")
 
     def _local_keys(self, model: nn.Module) -> list[str]:
         return norm_stat_keys(model) if self.bn == "local" else []
@@ -91,6 +149,8 @@ class FedAvg(Component):
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._load(ctx.model, part, state)
+        if ctx.training and self.clip_norm and self.clip_at == "client":
+            self._received = {k: v.detach().clone() for k, v in part.items()}
 
     def _load(self, model: nn.Module, shared: Part, state: State) -> None:
         model.load_state_dict(shared, strict=False)
@@ -108,6 +168,8 @@ class FedAvg(Component):
         sd = ctx.model.state_dict()
         local = self._local_keys(ctx.model)
         uplink = {k: v.detach().clone() for k, v in sd.items() if k not in local}
+        if self.clip_norm and self.clip_at == "client":
+            uplink = clip_update(uplink, self._received, self.clip_norm)[0]
         state = {"bn": {k: sd[k].detach().clone() for k in local}} if local else {}
         return uplink, state
 
@@ -124,7 +186,38 @@ class FedAvg(Component):
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         return {k: TensorSpec.like(v) for k, v in server["weights"].items()} if phase == "train" else {}
 
-    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
+    def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train",
+                  rng: torch.Generator | None = None) -> State:
+        """Clip (``clip_at="server"``), :meth:`combine`, add DP noise (``noise_multiplier``).
+
+        Raises:
+            ValueError: ``noise_multiplier > 0`` and no ``rng`` (the noise must come from the
+                server's seeded stream, never from global state).
+        """
+        current = server["weights"]
+        parts = [u.part for u in uplinks]
+        if self.clip_norm and self.clip_at == "server":
+            parts = [clip_update(p, current, self.clip_norm)[0] for p in parts]
         weights = [float(u.num_samples) if self.weighting == "samples" else 1.0 for u in uplinks]
-        new = {k: weighted_average([u.part[k] for u in uplinks], weights) for k in server["weights"]}
+        new = self.combine(parts, weights, list(current))
+        if self.noise_multiplier:
+            if rng is None:
+                raise ValueError(f"{self.name}: noise_multiplier > 0 needs the server's random stream (rng)")
+            std = self.noise_multiplier * self.clip_norm / len(uplinks)  # DP-FedAvg, sigma = z C / m
+            new = {k: (v.double() + std * torch.randn(v.shape, generator=rng, dtype=torch.float64)).to(v.dtype)
+                   if v.is_floating_point() else v for k, v in new.items()}
         return {**server, "weights": new}
+
+    def combine(self, parts: Sequence[Part], weights: Sequence[float], keys: Sequence[str]) -> Part:
+        """The new global weights from the clients' (clipped) weights: FedAvg's weighted mean per
+        entry (Alg. 1); robust rules (:mod:`fedaug.methods.base.robust`) override this step only.
+
+        Args:
+            parts: one ``{key: tensor}`` per accepted client, in client-id order.
+            weights: their aggregation weights (``weighting``).
+            keys: the shared entries to aggregate, in order.
+
+        Returns:
+            ``{key: tensor}``, each in its entries' dtype.
+        """
+        return {k: weighted_average([p[k] for p in parts], weights) for k in keys}
