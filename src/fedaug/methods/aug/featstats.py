@@ -11,6 +11,7 @@ which the layers read as "no federation information yet" (their neutral values, 
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -22,9 +23,11 @@ from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers import kernel as compiled
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
+from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
-from fedaug.methods.options import attach_points, check_at, check_choice, check_noise, check_probability
+from fedaug.methods.options import attach_points, check_at, check_choice, check_noise, check_probability, check_range
 from fedaug.methods.recorded import Recorded
+from fedaug.methods.robust import STATS_RULES, robust_variance
 from fedaug.privacy.noise import add_gaussian_noise
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
@@ -50,6 +53,11 @@ class FeatureStatsAug(Component, abc.ABC):
             setup, before training), float32 results that differ from ``"off"`` in the last bits
             (enough to move a 30-round run by points, docs/fedfa.md) and may differ between CPU models.
             Recorded in every run's config (:mod:`fedaug.methods.recorded`).
+        stats_rule: how the server combines the clients' statistics across clients (Eq. 5):
+            ``"mean"`` (the papers: their variance), ``"median"`` or ``"trimmed_mean"`` (a robust
+            spread, :func:`~fedaug.methods.robust.robust_variance`, so that one client's outlying
+            statistics cannot inflate every client's augmentation; docs/robustness.md).
+        stats_beta: the trimmed fraction of ``stats_rule="trimmed_mean"``, in [0, 0.5).
     """
 
     role = "augmentation"
@@ -68,7 +76,8 @@ class FeatureStatsAug(Component, abc.ABC):
                     "predates the kernel")}
 
     def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
+                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
+                 stats_beta: float = 0.1) -> None:
         self.at = check_at(self.name, at)
         self.p = check_probability(self.name, "p", p)
         check_noise(self.name, share_noise, share_noise_scale)
@@ -77,6 +86,9 @@ class FeatureStatsAug(Component, abc.ABC):
             raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
                               "kernel when it builds) made a run's numbers depend on the machine; choose one")
         self.kernel = check_choice(self.name, "kernel", kernel, KERNEL_MODES)
+        self.stats_rule = check_choice(self.name, "stats_rule", stats_rule, STATS_RULES)
+        check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
+        self.stats_beta = float(stats_beta)
         self.handle: AttachHandle | None = None
 
     # --- subclass hooks ------------------------------------------------------------------------
@@ -99,6 +111,27 @@ class FeatureStatsAug(Component, abc.ABC):
         return {}
 
     # --- helpers -------------------------------------------------------------------------------
+    def cross_client_variance(self, stats: Tensor) -> Tensor:
+        """The per-channel variance of the clients' statistics (FedFA Eq. 5, VFDA Eq. 5) under
+        ``stats_rule``: :func:`~fedaug.layers.functional.client_sharing_variance` for ``"mean"``,
+        else :func:`~fedaug.methods.robust.robust_variance`.
+
+        Args:
+            stats: ``(M, C)``, one running statistic per client.
+
+        Returns:
+            ``(C,)``, in ``stats``' dtype.
+        """
+        if self.stats_rule == "mean":
+            return client_sharing_variance(stats)
+        return robust_variance(stats, self.stats_rule, self.stats_beta).to(stats.dtype)
+
+    def warn_if_stats_unused(self) -> None:
+        """Warn that ``stats_rule`` does nothing when the variant exchanges no statistics."""
+        if self.stats_rule != "mean" and not self.up_keys:
+            warnings.warn(f"{self.name}.stats_rule={self.stats_rule!r} does nothing: this variant shares no "
+                          "statistics", stacklevel=3)
+
     def names(self, model: nn.Module) -> list[str]:
         """The attach points: ``at``, or ``model.feature_stages``."""
         return attach_points(self.name, self.at, model)

@@ -58,6 +58,10 @@ class FedFA(FeatureStatsAug):
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
         kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
             see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
+        stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
+            cross-client variance of Eq. 5 as a robust spread
+            (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`); not with
+            ``official_compat``.
 
     >>> fedfa = FedFA(p=0.5, variance="fused", at=["block1", "block2"])
     """
@@ -67,8 +71,10 @@ class FedFA(FeatureStatsAug):
     def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: str = "fused",
                  lam: float | None = None, at: Sequence[str] | None = None,
                  official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
+                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
+                 stats_beta: float = 0.1) -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel,
+                         stats_rule=stats_rule, stats_beta=stats_beta)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.variance = check_choice(self.name, "variance", variance, tuple(VARIANTS))
         if lam is not None:
@@ -81,10 +87,14 @@ class FedFA(FeatureStatsAug):
         if official_compat and variance != "fused":
             raise ConfigError(f"fedfa.official_compat reproduces the public code's fused variance; "
                               f"got variance={variance!r}: drop one of the two options")
+        if official_compat and self.stats_rule != "mean":
+            raise ConfigError(f"fedfa.official_compat reproduces the public code, which averages; got "
+                              f"stats_rule={stats_rule!r}: drop one of the two options")
         if self.p == 0.0:
             warnings.warn("fedfa.p=0 never augments: FedFA is then FedAvg plus statistics traffic", stacklevel=2)
         self.official_compat, self.eps = bool(official_compat), float(eps)
         self.down_keys, self.up_keys = (COMPAT_DOWN, RUNNING) if official_compat else VARIANTS[variance]
+        self.warn_if_stats_unused()
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, momentum=self.momentum, variance=self.variance, lam=self.lam,
@@ -113,7 +123,7 @@ class FedFA(FeatureStatsAug):
             return {"running_mean": means.mean(0), "running_std": stds.mean(0),
                     "var_mu": client_sharing_variance(means, per_channel=False, unbiased=True),
                     "var_sigma": client_sharing_variance(stds, per_channel=False, unbiased=True)}
-        var_mu, var_sigma = client_sharing_variance(means), client_sharing_variance(stds)  # Eq. 5
+        var_mu, var_sigma = self.cross_client_variance(means), self.cross_client_variance(stds)  # Eq. 5
         if self.variance == "fused":
             return {"gamma_mu": t_modulation(var_mu), "gamma_sigma": t_modulation(var_sigma)}  # Eq. 6
         return {"var_mu": var_mu, "var_sigma": var_sigma}

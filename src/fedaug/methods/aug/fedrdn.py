@@ -16,6 +16,11 @@ Protocol (the paper computes statistics "before the start of training"; here, wi
   independently; in training mode BatchNorm removes a per-batch shift, so it augments far less.
 * Evaluation on client k: its own pair (Eq. 7). ``variant="average"`` (FedRDN-V, Eq. 8): the
   unweighted average of the federation's pairs, in training and evaluation.
+* ``stats_rule="median"`` or ``"trimmed_mean"`` (not in the paper; docs/robustness.md): the server
+  keeps the rows as uploaded but sends them clamped per channel to the federation's robust range
+  (:func:`~fedaug.methods.robust.clamp_to_robust_range`; the stds on a log scale, since a std is a
+  scale), so one client's outlying pair cannot reach the other clients' inputs; FedRDN-V's average
+  of the sent rows is then a winsorised mean.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
 from fedaug.privacy.noise import add_gaussian_noise
-from fedaug.methods.options import check_choice, check_noise
+from fedaug.methods.options import check_choice, check_noise, check_range
+from fedaug.methods.robust import STATS_RULES, clamp_to_robust_range
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
@@ -82,6 +88,11 @@ class FedRDN(Component):
             privacy perturbation, :mod:`fedaug.privacy.noise`); a noisy std is clamped at 1e-6.
             Every client, the uploader included, then uses the table's (noisy) pairs.
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to the std of the uploaded values).
+        stats_rule: ``"mean"`` (default: the table as uploaded, the paper), ``"median"`` or
+            ``"trimmed_mean"`` (the table sent clamped to the rows' robust range, see above). A
+            client whose own pair lies outside that range also trains and is evaluated with the
+            clamped pair.
+        stats_beta: the trimmed fraction of ``stats_rule="trimmed_mean"``, in [0, 0.5).
 
     >>> fedrdn = FedRDN(variant="random", draw="image")
     """
@@ -90,8 +101,11 @@ class FedRDN(Component):
     phases = ("train", "evaluate")
 
     def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
+                 share_noise_scale: str = "absolute", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
+        self.stats_rule = check_choice(self.name, "stats_rule", stats_rule, STATS_RULES)
+        check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
+        self.stats_beta = float(stats_beta)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         self.variant = check_choice(self.name, "variant", variant, VARIANTS)
         self.draw = check_choice(self.name, "draw", draw, DRAWS)
@@ -163,7 +177,11 @@ class FedRDN(Component):
         return {"ids": torch.zeros(0, dtype=torch.int64), "mean": torch.zeros(0, 0), "std": torch.zeros(0, 0)}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
-        return {k: server[k].clone() for k in ("ids", "mean", "std")}
+        part = {k: server[k].clone() for k in ("ids", "mean", "std")}
+        if self.stats_rule != "mean" and part["mean"].shape[0]:
+            part["mean"] = clamp_to_robust_range(part["mean"], self.stats_rule, self.stats_beta)
+            part["std"] = clamp_to_robust_range(part["std"].log(), self.stats_rule, self.stats_beta).exp()
+        return part
 
     def downlink_spec(self, model: nn.Module, phase: Phase = "train") -> Spec:
         return {"ids": TensorSpec((None,), torch.int64), "mean": TensorSpec((None, None), torch.float32),

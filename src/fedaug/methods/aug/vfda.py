@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from fedaug.layers.ffa import NOISE_SCALES, FFALayer
-from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
 from fedaug.methods.options import check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
@@ -54,6 +53,9 @@ class VFDA(FeatureStatsAug):
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
         kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
             see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
+        stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
+            global variance as a robust spread
+            (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`).
 
     >>> vfda = VFDA(noise_scale="std", at=["enc1", "enc2"])
     """
@@ -63,8 +65,10 @@ class VFDA(FeatureStatsAug):
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
                  global_variance: bool = True, noise_scale: str = "variance",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off") -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel)
+                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
+                 stats_beta: float = 0.1) -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel,
+                         stats_rule=stats_rule, stats_beta=stats_beta)
         check_range("vfda.eta0", eta0, lo=0.0)
         check_range("vfda.eps", eps, lo=0.0, lo_open=True)
         self.eta0, self.emd, self.eps = float(eta0), bool(emd), float(eps)
@@ -73,6 +77,7 @@ class VFDA(FeatureStatsAug):
         self.noise_scale = check_choice(self.name, "noise_scale", noise_scale, NOISE_SCALES)
         if self.global_variance:
             self.down_keys, self.up_keys = ("var_mu", "var_sigma"), RUNNING
+        self.warn_if_stats_unused()
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, variance="product" if self.global_variance else "client",
@@ -96,4 +101,4 @@ class VFDA(FeatureStatsAug):
         return {f"{n}.{k}": getattr(layer, k).detach().clone() for n, layer in layers.items() for k in RUNNING}
 
     def server_quantities(self, means: Tensor, stds: Tensor) -> dict[str, Tensor]:
-        return {"var_mu": client_sharing_variance(means), "var_sigma": client_sharing_variance(stds)}  # Eq. 5
+        return {"var_mu": self.cross_client_variance(means), "var_sigma": self.cross_client_variance(stds)}  # Eq. 5
