@@ -9,7 +9,8 @@ from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import to_json
 from fedaug.engine.simulate import run_experiment
-from fedaug.report.document import md_text
+from fedaug.report.document import md_text, to_markdown
+from fedaug.report.incidents import incidents_table, run_incidents
 from fedaug.report.table import results_table
 
 
@@ -31,10 +32,14 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
-    """Write the report (the run's name as literal Markdown), print the results (JSON: strict,
-    non-finite numbers as null) and the run directory."""
+    """Write the report (the run's name as literal Markdown; the rounds with rejections, drop-outs,
+    attacks or kept aggregates, if any), print the results (JSON: strict, non-finite numbers as null)
+    and the run directory."""
     table = results_table(summary)
-    run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n")
+    incidents = run_incidents(run_dir.rounds())
+    extra = (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
+             if incidents else "")
+    run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n{extra}")
     if fmt == "json":
         print(to_json(summary, indent=2))
     else:

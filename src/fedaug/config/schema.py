@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,28 @@ class TrustConfig:
         return None if part == "meters" else float(self.max_abs)
 
 
+#: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.attack`)
+ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "nan", "inf", "label_flip", "stats", "features")
+#: the kinds that read ``attack.scale``, and ``attack.std``
+SCALED_KINDS, NOISE_KINDS = ("scale", "stats", "features"), ("gaussian",)
+
+
+@dataclass
+class AttackConfig:
+    kind: str = opt("none", "what the attacking clients do to their uploads (docs/engine.md, 'Attack scenarios')",
+                    choices=ATTACK_KINDS)
+    clients: list[int] = opt([], "ids of the attacking clients (or set fraction)")
+    fraction: float = opt(None, "fraction of the federation that attacks, chosen from the seed (or set clients)",
+                          lo=0.0, hi=1.0, nullable=True)
+    start_round: int = opt(1, "first round in which the attackers attack", lo=1)
+    scale: float = opt(None, "scale: factor of the update (default 10); stats: factor of spreads and shift of "
+                             "means (default 1e4); features: noise std over the rows' std (default 1)", nullable=True)
+    std: float = opt(None, "gaussian: std of the noise update per coordinate (default 1)", lo=0.0, lo_open=True,
+                     nullable=True)
+    parts: list[str] = opt([], "component names whose parts the attack changes (default: the server rule's for "
+                               "sign_flip, scale, gaussian, nan, inf; every other component's for stats, features)")
+
+
 @dataclass
 class RunConfig:
     seed: int = opt(0, "seed of every random stream", lo=0)
@@ -106,6 +129,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     trust: TrustConfig = field(default_factory=TrustConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""
@@ -206,9 +230,40 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
                         "data); remove it from [model.options]")
+    problems += _attack_problems(cfg.attack)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
+
+
+def _attack_problems(a: AttackConfig) -> list[str]:
+    """What is wrong with ``[attack]`` across its fields (what the federation decides, client ids
+    beyond its size, a label flip on segmentation, parts not in the method, is checked at run start:
+    :func:`fedaug.engine.attack.check_attack`); warns about options that do nothing."""
+    if not fits(a.clients, list[int]) or a.kind not in ATTACK_KINDS:  # reported already
+        return []
+    problems = []
+    if a.clients and a.fraction is not None:
+        problems.append("set either 'attack.clients' or 'attack.fraction', not both")
+    if a.kind != "none" and not a.clients and a.fraction is None:
+        problems.append(f"attack.kind='{a.kind}' names no attacker; set 'attack.clients' (client ids) or "
+                        "'attack.fraction'")
+    negative = sorted({c for c in a.clients if c < 0})
+    if negative:
+        problems.append(f"'attack.clients' holds {', '.join(map(str, negative))}; client ids are >= 0")
+    repeated = sorted({c for c in a.clients if a.clients.count(c) > 1})
+    if repeated:
+        problems.append(f"'attack.clients' lists client(s) {', '.join(map(str, repeated))} more than once")
+    unused = [(key, why) for key, set_, why in (
+        ("scale", a.scale is not None and a.kind not in SCALED_KINDS, f"only {', '.join(SCALED_KINDS)} read it"),
+        ("std", a.std is not None and a.kind not in NOISE_KINDS, "only gaussian reads it"),
+        ("parts", bool(a.parts) and a.kind in ("none", "label_flip"), "it changes no message part"),
+        ("clients", bool(a.clients) and a.kind == "none", "attack.kind is 'none'"),
+        ("fraction", a.fraction is not None and a.kind == "none", "attack.kind is 'none'"),
+    ) if set_]
+    for key, why in unused:
+        warnings.warn(f"'attack.{key}' does nothing with attack.kind='{a.kind}' ({why})", stacklevel=3)
+    return problems
 
 
 def describe() -> list[tuple[str, Any, str]]:

@@ -27,6 +27,7 @@ from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.core.rng import generator
 from fedaug.data.base import FederatedData
+from fedaug.engine.attack import check_attack
 from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
 from fedaug.engine.fleet import METERS, Fleet
@@ -115,11 +116,17 @@ class Server:
             initial server state.
         federation: the clients as the server knows them.
         fleet: reaches the clients.
+
+    Raises:
+        ConfigError: the config cannot run on these clients (:meth:`Federation.check`,
+            :func:`~fedaug.engine.attack.check_attack`).
     """
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, federation: Federation,
                  fleet: Fleet) -> None:
         federation.check(cfg)
+        #: the clients that attack (they do it themselves; the server only records it)
+        self.attackers = check_attack(cfg, recipe, federation.num_clients, federation.task)
         self.cfg, self.recipe, self.model, self.federation, self.fleet = cfg, recipe, model, federation, fleet
         self.task = make_task(federation.task, federation.num_classes)
         self.server: dict[str, State] = {c.name: c.init_server(model, federation.num_clients)
@@ -166,7 +173,8 @@ class Server:
         """Sample, train the sampled clients, validate and aggregate their replies, run the
         post-aggregation query if a component replies in it; return the round record. Clients that
         err or time out are recorded under ``dropped``, failed replies under ``rejected``; the round
-        goes on while at least ``train.min_clients`` training replies are valid."""
+        goes on while at least ``train.min_clients`` training replies are valid. A round in which
+        sampled clients attack (``[attack]``) says so under ``attack``."""
         cfg = self.cfg
         t0 = time.perf_counter()
         lr = learning_rate(cfg.train, r)
@@ -199,6 +207,7 @@ class Server:
         metrics = {cid: train.replies[cid].metrics for cid in order}
         losses = [metrics[cid]["loss"] for cid in order]
         states = self.fleet.state_bytes()
+        attacking = [cid for cid in sampled if cid in self.attackers] if r >= cfg.attack.start_round else []
         return {
             "round": r, "lr": lr, "sampled": sampled, "rejected": rejected, "dropped": dropped,
             "train": {"loss": sum(losses) / len(losses), "clients": {str(cid): metrics[cid] for cid in order}},
@@ -208,6 +217,7 @@ class Server:
             "time": {"train_s": time.perf_counter() - t0},
             **({"after_aggregate": self._query_record(query)} if query is not None else {}),
             **({"aggregate": kept} if kept else {}),
+            **({"attack": {"kind": cfg.attack.kind, "clients": sorted(attacking)}} if attacking else {}),
         }
 
     def _query_record(self, query: PhaseResult) -> dict[str, dict[str, int]]:
@@ -238,9 +248,12 @@ class Server:
         return ev
 
     def _track_best(self, r: int, ev: dict[str, Any]) -> None:
+        """Keep ``ev`` as the last evaluation, and as the best one if its score is higher; a round
+        without a score (``None``: no client's evaluation was accepted, e.g. a poisoned model whose
+        every loss is NaN) is the best only until a round has one."""
         key = f"{self.cfg.eval.best_by}_{self.task.metric}"
         score = ev["mean"][key]
-        if self.best is None or score > self.best["score"]:
+        if self.best is None or score is not None and (self.best["score"] is None or score > self.best["score"]):
             self.best = {"round": r, "by": self.cfg.eval.best_by, "score": score, "eval": ev}
         self.last_eval = {"round": r, "eval": ev}
 
@@ -300,7 +313,8 @@ class Server:
         text = f"train loss {record['train']['loss']:.4f}"
         if "eval" in record:
             m = self.task.metric
-            text += f"  mean test {m} {record['eval']['mean'][f'test_{m}']:.4f}"
+            score = record["eval"]["mean"][f"test_{m}"]
+            text += f"  mean test {m} " + ("n/a (no evaluation accepted)" if score is None else f"{score:.4f}")
         return text
 
     def summary(self, run_dir: Path | None) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class Simulation(Server):
         federation = Federation.of(data)
         federation.check(cfg)
         model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes)
-        worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes))
+        worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes), data.num_clients)
         super().__init__(cfg, recipe, model, federation, InProcessFleet(worker, data, execution_order))
         self.data = data
 

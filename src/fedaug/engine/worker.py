@@ -17,6 +17,7 @@ from fedaug.config.schema import RunConfig
 from fedaug.core.payload import Message, validate_part
 from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import ClientData
+from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
 from fedaug.engine.fleet import Reply
 from fedaug.engine.local import train_client
@@ -56,17 +57,21 @@ class Worker:
         recipe: the method, as the clients run it.
         model: a model from :func:`build_worker_model`; its weights are overwritten by every call.
         task: the task's loss and metric.
+        num_clients: the federation's size (which clients ``[attack]`` names depends on it).
     """
 
-    def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task) -> None:
+    def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task, num_clients: int) -> None:
         self.cfg, self.recipe, self.model, self.task = cfg, recipe, model, task
+        self.attack = Attack(cfg, recipe, task, num_clients)
         self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
                            for phase in PHASES}
 
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:
         """Check the phase's message, then run ``phase`` for ``client_id``: train (:func:`train_client`),
-        answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`).
+        answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`); an attacking
+        client (``[attack]``, :mod:`fedaug.engine.attack`) flips its labels before training or
+        rewrites its reply after it.
 
         Raises:
             PayloadError: a part of ``message`` is missing or fails its spec (a bad server message
@@ -75,9 +80,12 @@ class Worker:
         where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
         for name, spec in self.down_specs[phase].items():
             validate_part(message.get(name), spec, f"round {r}: {where} to client {client_id}, part '{name}'")
-        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, client.train, lr=lr, phase=phase, task=self.task)
+        data = self.attack.training_split(phase, client_id, r, client.train)
+        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task)
         if phase == "train":
-            return train_client(self.recipe, ctx, message, dict(state), self.cfg.train)
-        if phase == "query":
-            return answer_query(self.recipe, ctx, message, state)
-        return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size)
+            reply = train_client(self.recipe, ctx, message, dict(state), self.cfg.train)
+        elif phase == "query":
+            reply = answer_query(self.recipe, ctx, message, state)
+        else:
+            return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size)
+        return self.attack.reply(phase, client_id, r, message, reply)

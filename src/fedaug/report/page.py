@@ -13,10 +13,14 @@ from fedaug.core.serialize import atomic_write_bytes, atomic_write_json, atomic_
 from fedaug.report.document import Block, Heading, Image, Paragraph, Table, to_html, to_markdown
 from fedaug.report.figures import client_bars_png, comm_png, curves_png, features_png, gains_png, settings_png
 from fedaug.report.grid import DEFAULT_SETTING, slug
+from fedaug.report.incidents import incidents_table
 from fedaug.report.results import Results, load_results, summarize
 from fedaug.report.table import COLUMNS_NOTE, about_blocks, overview_table, setting_tables
 
 IMAGE_DIR = "report_files"
+INCIDENTS_NOTE = ("The rounds in which a reply was rejected (client (phase): reason), a client dropped out, sampled "
+                  "clients attacked ([attack]) or the server kept its previous state (aggregate); other rounds "
+                  "had none. Consecutive rounds with the same entries share a row.")
 
 
 def _feature_blocks(setting: str, analyses: list[dict[str, Any]]) -> list[Block]:
@@ -50,6 +54,10 @@ def report_blocks(summary: dict[str, Any], features: dict[str, list[dict[str, An
         blocks.append(Heading(2, "Results" if setting == DEFAULT_SETTING else f"Setting: {setting}"))
         blocks += setting_tables(s)
         blocks.append(Paragraph(COLUMNS_NOTE))
+        incidents = [{"method": m, **row} for m, c in s["methods"].items() for row in c.get("incidents", [])]
+        if incidents:
+            blocks += [Heading(3, "Rejections, drop-outs and attacks"),
+                       Paragraph(INCIDENTS_NOTE), incidents_table(incidents, ("method", "seed"))]
         if not any(c["n"] for c in s["methods"].values()):
             continue
         blocks += [

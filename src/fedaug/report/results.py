@@ -14,6 +14,7 @@ from fedaug.config.load import read_toml
 from fedaug.core.errors import ConfigError
 from fedaug.engine.records import CONFIG, SUMMARY, RunDir
 from fedaug.report.grid import DEFAULT_SETTING
+from fedaug.report.incidents import run_incidents
 from fedaug.report.runner import GRID_FILE, IGNORED, cell_dir, find_run, flatten
 from fedaug.report.stats import mean_std, paired_ttest
 
@@ -186,7 +187,8 @@ def _stat(values: list[float]) -> dict[str, Any]:
 def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any]:
     """Mean +/- std over seeds of one (setting, method): final and best, per client and the mean
     over clients; the paired t-test against the baseline's runs on the common seeds; mean
-    communication (bytes) and time per run; the mean learning curve (rounds every run evaluated)."""
+    communication (bytes) and time per run; the mean learning curve (rounds every run evaluated);
+    each run's incidents (:func:`~fedaug.report.incidents.run_incidents`, with its seed)."""
     if not runs:
         return {"n": 0}
     out: dict[str, Any] = {"n": len(runs), "seeds": [r.seed for r in runs], "run_dirs": [str(r.path) for r in runs]}
@@ -206,6 +208,7 @@ def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any
     rounds = sorted(set.intersection(*(set(c) for c in curves)))
     stats = [mean_std([c[t] for c in curves]) for t in rounds]
     out["curve"] = {"rounds": rounds, "mean": [m for m, _ in stats], "std": [s for _, s in stats]}
+    out["incidents"] = [{"seed": str(r.seed), **row} for r in runs for row in run_incidents(r.rounds)]
     return out
 
 

@@ -110,12 +110,12 @@ def _load(name: str, seed: int, options_json: str) -> FederatedData:
 
 
 @functools.lru_cache(maxsize=2)
-def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> Worker:
+def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str, num_clients: int) -> Worker:
     cfg = parse_config(tomllib.loads(config_toml))
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     configure_process(cfg.threads)  # a ClientApp is a process entry point (docs/engine.md)
     model = build_worker_model(cfg, recipe, input_shape, num_classes)
-    return Worker(cfg, recipe, model, make_task(task, num_classes))
+    return Worker(cfg, recipe, model, make_task(task, num_classes), num_clients)
 
 
 def open_site(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> Site:
@@ -142,7 +142,8 @@ def open_site(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
         raise ConfigError(f"SuperNode node config {NUM_PARTITIONS}={num_partitions}, but dataset '{cfg.data.name}' "
                           f"with these options has {data.num_clients} clients; start {data.num_clients} SuperNodes "
                           f"with {NUM_PARTITIONS}={data.num_clients}, or change the dataset's options")
-    worker = _worker(dump_toml(cfg.to_dict()), tuple(data.input_shape), data.num_classes, data.task)
+    worker = _worker(dump_toml(cfg.to_dict()), tuple(data.input_shape), data.num_classes, data.task,
+                     data.num_clients)
     return Site(cfg, client_id, data, worker)
 
 
