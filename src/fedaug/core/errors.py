@@ -22,6 +22,11 @@ class PayloadError(FedaugError, ValueError):
     """A message part failed validation (missing/extra names, shape, dtype, non-finite values)."""
 
 
+class AggregationError(FedaugError, ValueError):
+    """A server rule cannot fold this round's accepted replies (e.g. Krum with too few of them); the
+    server keeps its previous state for the round and records why (docs/engine.md, "The trust boundary")."""
+
+
 class AttachError(FedaugError, LookupError):
     """A module name to attach a layer after does not exist in the model."""
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
-from fedaug.core.errors import CheckpointError, ConfigError, FedaugError, PayloadError
+from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.core.rng import generator
 from fedaug.data.base import FederatedData
 from fedaug.engine.attack import check_attack
@@ -159,9 +159,12 @@ class Server:
             if phase == "train" or c.uplink_spec(self.server[c.name], phase):
                 extra = ({"rng": generator(self.cfg.seed, "server", r, c.name, phase)}
                          if "rng" in inspect.signature(c.aggregate).parameters else {})
-                new[c.name] = c.aggregate(
-                    self.server[c.name], [Uplink(cid, num_train[cid], result.replies[cid].message[c.name]) for cid in order],
-                    phase, **extra)
+                try:
+                    new[c.name] = c.aggregate(
+                        self.server[c.name],
+                        [Uplink(cid, num_train[cid], result.replies[cid].message[c.name]) for cid in order], phase, **extra)
+                except AggregationError as exc:
+                    return {"phase": phase, "kept": "previous", "reason": f"{c.name}: {exc}"}
         problems = [p for name, st in new.items() if st is not self.server[name]
                     for p in state_problems(st, self.cfg.trust.bound(name), name)]
         if problems:

@@ -71,3 +71,16 @@ def test_local_bn_keeps_statistics_out_of_the_shared_weights():
 def test_bad_options(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         FedAvg(**kwargs)
+
+
+def test_a_negative_batchnorm_running_variance_or_counter_fails_the_uplink_spec_other_weights_may_be_negative():
+    from fedaug.core.errors import PayloadError
+    from fedaug.core.payload import validate_part
+
+    fedavg = FedAvg()
+    spec = fedavg.uplink_spec(fedavg.init_server(Tiny(), 3))
+    good = dict(UPLINKS[1].part)  # fc.weight holds -2.0, bn.bias 0: signed weights pass
+    validate_part(good, spec, "up")
+    for key, bad in (("bn.running_var", torch.tensor([-0.5])), ("bn.num_batches_tracked", torch.tensor(-1))):
+        with pytest.raises(PayloadError, match=f"'{key}' holds -0.5|'{key}' holds -1, below its smallest allowed value 0"):
+            validate_part({**good, key: bad}, spec, "up")

@@ -13,9 +13,9 @@ from flwr.server.strategy.aggregate import aggregate_krum, aggregate_median, agg
 from torch import nn
 
 from fedaug.config.schema import validate
-from fedaug.core.errors import ConfigError
+from fedaug.core.errors import AggregationError, ConfigError
 from fedaug.core.rng import generator
-from fedaug.engine.simulate import run_experiment
+from fedaug.engine.simulate import build_simulation, run_experiment
 from fedaug.methods.base.fedavg import FedAvg, clip_update
 from fedaug.methods.base.robust import Krum, Median, TrimmedMean
 from fedaug.methods.component import Uplink
@@ -99,10 +99,23 @@ def test_krum_ignores_a_far_client_and_median_resists_it():
 
 
 def test_krum_with_too_few_updates_is_a_clear_error():
-    with pytest.raises(ConfigError, match=r"krum\.f=1, krum\.m=1 need at least 5 accepted updates per round .* got 4"):
+    with pytest.raises(AggregationError, match=r"krum\.f=1, krum\.m=1 need at least 5 accepted updates per round .* got 4"):
         aggregate(Krum(f=1), uplinks(4))
-    with pytest.raises(ConfigError, match=r"krum\.m=5 need at least 5 .* got 4"):
+    with pytest.raises(AggregationError, match=r"krum\.m=5 need at least 5 .* got 4"):
         aggregate(Krum(f=0, m=5), uplinks(4))
+
+
+def test_a_round_krum_cannot_aggregate_keeps_the_previous_global_model_and_the_run_goes_on(tmp_path):
+    raw = tiny_raw(rounds=2)  # 3 clients: Krum with f = 1 needs 5
+    raw["method"] = {"base": "krum", "augs": [], "options": {"krum": {"f": 1}}}
+    sim = build_simulation(validate(raw))
+    before = {k: v.clone() for k, v in sim.server["krum"]["weights"].items()}
+    record = sim.run_round(1)
+    assert record["aggregate"] == [{"phase": "train", "kept": "previous", "reason": (
+        "krum: krum.f=1, krum.m=1 need at least 5 accepted updates per round (M > 2f + 2 and m <= M - f, "
+        "Blanchard et al. 2017), got 3: lower krum.f or krum.m, or sample more clients and set "
+        "train.min_clients to at least that")}]
+    assert all(torch.equal(before[k], v) for k, v in sim.server["krum"]["weights"].items())
 
 
 # --- clipping -----------------------------------------------------------------------------------

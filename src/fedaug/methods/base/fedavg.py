@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -184,7 +185,14 @@ class FedAvg(Component):
         return {k: TensorSpec.like(v) for k, v in self._shared(model).items()}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server["weights"].items()} if phase == "train" else {}
+        """The shared weights' shapes and dtypes; BatchNorm running variances and batch counters
+        must be >= 0 (a negative variance, e.g. a sign-flipped update, would make the averaged
+        model's normalisation NaN for everyone)."""
+        if phase != "train":
+            return {}
+        nonneg = ("running_var", "num_batches_tracked")
+        return {k: dataclasses.replace(TensorSpec.like(v), low=0) if k.rsplit(".", 1)[-1] in nonneg else TensorSpec.like(v)
+                for k, v in server["weights"].items()}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train",
                   rng: torch.Generator | None = None) -> State:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fedaug.core.errors import ConfigError
+from fedaug.core.errors import AggregationError, ConfigError
 from fedaug.core.payload import Part
 from fedaug.methods.base.fedavg import FedAvg, weighted_average
 from fedaug.methods.options import check_range, range_problem
@@ -85,9 +85,9 @@ class Krum(FedAvg):
     Each client's score is the sum of squared L2 distances, over all floating shared entries
     together, to its ``M - f - 2`` nearest other clients; the ``m`` lowest-scoring clients' weights
     are averaged (m = 1: the single best client's weights). The rule needs ``M > 2f + 2`` accepted
-    updates in every round: fewer raise a :class:`~fedaug.core.errors.ConfigError` at aggregation,
-    which stops the run (set ``train.min_clients >= 2f + 3`` so that a round with fewer valid
-    replies stops before it; docs/robustness.md).
+    updates in every round: with fewer (e.g. after attackers' replies were rejected) it raises an
+    :class:`~fedaug.core.errors.AggregationError`, and the server keeps the previous global model
+    for that round and records why (docs/robustness.md).
 
     Args:
         f: the number of Byzantine clients assumed (>= 0; Flower's ``num_malicious_clients``,
@@ -115,7 +115,7 @@ class Krum(FedAvg):
     def combine(self, parts: Sequence[Part], weights: Sequence[float], keys: Sequence[str]) -> Part:
         num = len(parts)
         if num <= 2 * self.f + 2 or self.m > num - self.f:
-            raise ConfigError(
+            raise AggregationError(
                 f"krum.f={self.f}, krum.m={self.m} need at least {max(2 * self.f + 3, self.m + self.f)} accepted "
                 f"updates per round (M > 2f + 2 and m <= M - f, Blanchard et al. 2017), got {num}: lower krum.f "
                 f"or krum.m, or sample more clients and set train.min_clients to at least that")
