@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fedaug.cli.main import main
+from fedaug.cli.privacy_cmd import NO_GUARANTEE, guarantee
 from fedaug.config.schema import validate
 from fedaug.engine.simulate import run_experiment
 from tests.conftest import tiny_raw
@@ -37,7 +38,9 @@ def test_reconstruction_attack_writes_a_picture(flea_run, capsys, tmp_path):
     png = tmp_path / "rec.png"
     assert main(["privacy", "attack", flea_run, "--kind", "reconstruction", "--samples", "36", "--epochs", "1",
                  "--png", str(png), "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["test_mse"] > 0 and png.stat().st_size > 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["test_mse"] > 0 and png.stat().st_size > 0
+    assert (row["epsilon"], row["delta"], row["guarantee"]) == (None, None, NO_GUARANTEE)  # beside the attack
 
 
 def test_context_attack_reports_accuracy_per_size(flea_run, capsys):
@@ -45,6 +48,32 @@ def test_context_attack_reports_accuracy_per_size(flea_run, capsys):
                  "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["train_size"] for r in rows] == [10, 20] and all(0 <= r["accuracy"] <= 1 for r in rows)
+    assert all(r["guarantee"] == NO_GUARANTEE for r in rows)
+
+
+def test_epsilon_of_a_run_without_dp_says_there_is_no_guarantee(flea_run, capsys):
+    assert main(["privacy", "epsilon", flea_run]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "round | epsilon | delta | guarantee"
+    assert out[1:] == [f"{r} | None | None | {NO_GUARANTEE}" for r in (1, 2)]
+
+
+def test_epsilon_of_a_dp_run_per_round_and_per_release(tmp_path_factory, capsys):
+    run = _run(tmp_path_factory, {"base": "fedavg", "augs": ["flea"],
+                                  "options": {"flea": {"stage": "block2", "dp_clip": 1.0, "dp_noise": 1.0}}},
+               participation=0.67)
+    assert main(["privacy", "epsilon", run, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["round"] for r in rows] == [1, 2] and 0 < rows[0]["epsilon"] < rows[1]["epsilon"]
+    assert all(r["epsilon[flea features]"] == r["epsilon"] and r["delta"] == 1e-5 for r in rows)
+    assert rows[1]["guarantee"] == f"({rows[1]['epsilon']:.3g}, 1e-05)-DP per sample; model weights not covered"
+
+
+def test_guarantee_reads_the_round_asked_for():
+    records = [{"round": 1}, {"round": 2, "privacy": {"epsilon": 1.25, "delta": 1e-6, "unit": "client",
+                                                       "model_protected": True, "releases": {}}}]
+    assert guarantee(records, 1)["guarantee"] == NO_GUARANTEE
+    assert guarantee(records, 2) == {"epsilon": 1.25, "delta": 1e-6, "guarantee": "(1.25, 1e-06)-DP per client"}
 
 
 def test_run_without_checkpoint_is_a_clear_error(tmp_path, capsys):

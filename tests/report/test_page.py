@@ -7,6 +7,7 @@ import io
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from fedaug.report.document import Heading, Image, Paragraph, Table, to_html, to
 from fedaug.report.features import embed, run_features
 from fedaug.report.figures import gains_png, settings_png
 from fedaug.report.page import write_report
-from fedaug.report.results import load_results, summarize
+from fedaug.report.results import Run, load_results, summarize
 from fedaug.report.runner import run_grid
+from fedaug.report.table import privacy_blocks
 from tests.report.conftest import tiny_spec
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -195,3 +197,25 @@ def test_gains_figure_draws_each_methods_paired_gain_over_the_baseline():
     a, b = _colour_pixels(png, (255, 127, 14)), _colour_pixels(png, (44, 160, 44))  # tab10 C1, C2
     assert 5.0 < a / b < 7.0  # two 6-point bars against one 2-point bar (plus one legend patch each)
     assert _colour_pixels(png, (31, 119, 180)) == 0  # the baseline (C0) draws nothing
+
+
+def test_privacy_section_shows_epsilon_per_round_only_when_a_method_declares_a_release():
+    dp = {"delta": 1e-5, "unit": "sample", "model_protected": False, "rounds": [1, 2], "epsilon": [1.5, 2.25],
+          "releases": {"flea features": [1.5, 2.25]}}
+    setting = {"methods": {"fedavg": {"n": 2}, "flea-dp": {"n": 2, "privacy": dp}}}
+    blocks = privacy_blocks(setting)
+    final, per_round = [b for b in blocks if isinstance(b, Table)]
+    assert final.rows == [["flea-dp", "1e-05", "sample", "2.250", "flea features 2.250", "no"]]
+    assert per_round.header == ["round", "flea-dp"] and per_round.rows == [["1", "1.500"], ["2", "2.250"]]
+    assert "No formal guarantee (no DP release): fedavg." in blocks[1].text
+    assert privacy_blocks({"methods": {"fedavg": {"n": 2}}}) == []
+
+
+def test_a_runs_privacy_curve_comes_from_its_records():
+    entry = lambda eps: {"delta": 1e-5, "unit": "client", "model_protected": True,  # noqa: E731
+                         "epsilon": eps, "releases": {"model update": eps}}
+    run = Run(Path("."), "s", "m", 0, {}, {}, [{"round": 1, "privacy": entry(0.5)}, {"round": 2, "privacy": entry(None)}])
+    p = run.privacy()
+    assert (p["rounds"], p["epsilon"][0], p["model_protected"]) == ([1, 2], 0.5, True)
+    assert np.isnan(p["epsilon"][1]) and np.isnan(p["releases"]["model update"][1])  # null: non-finite
+    assert Run(Path("."), "s", "m", 0, {}, {}, [{"round": 1}]).privacy() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,14 +52,33 @@ def train_sizes(text: str) -> list[int]:
     return sizes
 
 
+#: what the commands say of a run whose method declares no differential-privacy release
+NO_GUARANTEE = "no formal guarantee (no DP release)"
+
+
+def guarantee(records: Sequence[dict[str, Any]], round: int) -> dict[str, Any]:
+    """The run's (eps, delta) after ``round`` from its records' ``privacy`` entries (written by the
+    accountant, :mod:`fedaug.privacy.accountant`): ``{"epsilon", "delta", "guarantee"}``, the two
+    numbers ``None`` and the text :data:`NO_GUARANTEE` when the run declares no release."""
+    entry = next((r.get("privacy") for r in records if r["round"] == round), None)
+    if entry is None:
+        return {"epsilon": None, "delta": None, "guarantee": NO_GUARANTEE}
+    eps = math.inf if entry["epsilon"] is None else entry["epsilon"]  # JSON null: a non-finite value
+    scope = "" if entry["model_protected"] else "; model weights not covered"
+    return {"epsilon": eps, "delta": entry["delta"],
+            "guarantee": f"({eps:.3g}, {entry['delta']:g})-DP per {entry['unit']}{scope}"}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("privacy", help="privacy analyses of a run (exposure, dCor, attacks)",
-                       description="Privacy analyses of shared features (FLea, KDD 2024, Sec. 4.4).")
+                       description="Privacy analyses of shared features (FLea, KDD 2024, Sec. 4.4) and the "
+                                   "differential-privacy guarantee of a run (docs/privacy.md).")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    g = actions.add_parser("epsilon", help="the accountant's (epsilon, delta) per round, per release and in total")
     e = actions.add_parser("exposure", help="feature exposure eps(t) per round (FLea's buffer schedule)")
     d = actions.add_parser("dcor", help="dCor(raw, features) of the global model at every kept checkpoint")
     a = actions.add_parser("attack", help="reconstruction or context-identification attack on the final model")
-    for q in (e, d, a):
+    for q in (g, e, d, a):
         q.add_argument("run_dir", help="a run directory written by 'fedaug run'")
         q.add_argument("--format", choices=("table", "json"), default="table")
     for q in (d, a):
@@ -70,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     a.add_argument("--train-sizes", type=train_sizes, default="10,30,100,300",
                    help="attacker training-set sizes (context); --samples must exceed the largest")
     a.add_argument("--png", help="save originals next to reconstructions here (reconstruction)")
-    for q, fn in ((e, exposure), (d, dcor_rounds), (a, attack)):
+    for q, fn in ((g, epsilon), (e, exposure), (d, dcor_rounds), (a, attack)):
         q.set_defaults(func=fn)
 
 
@@ -109,6 +129,18 @@ def _emit(rows: list[dict[str, Any]], fmt: str) -> int:
     return 0
 
 
+def epsilon(args: argparse.Namespace) -> int:
+    """(eps, delta) after every round, total and per release, from the run's records; the rows say
+    :data:`NO_GUARANTEE` for a run that declares no release."""
+    records = RunDir.open(args.run_dir).rounds()
+    rows = []
+    for rec in records:
+        entry = rec.get("privacy") or {}
+        rows.append({"round": rec["round"], **guarantee(records, rec["round"]),
+                     **{f"epsilon[{what}]": e for what, e in entry.get("releases", {}).items()}})
+    return _emit(rows, args.format)
+
+
 def exposure(args: argparse.Namespace) -> int:
     """eps(t) per round under the exchange schedule of the run's sharing components (:data:`SHARING`);
     0 in every round, with a note on stderr, for a run that shares no features or samples."""
@@ -130,11 +162,13 @@ def exposure(args: argparse.Namespace) -> int:
 
 
 def dcor_rounds(args: argparse.Namespace) -> int:
+    """dCor at every kept checkpoint, beside the run's (eps, delta) after that round (:func:`guarantee`)."""
     rows = []
     for r in sorted(_checkpoints(args.run_dir)[1]):
-        sim, _ = _simulation(args.run_dir, r)
+        sim, run_dir = _simulation(args.run_dir, r)
         x, _ = pooled(sim.data, "train", min(args.samples, sum(len(c.train) for c in sim.data.clients)), sim.cfg.seed)
-        rows.append({"round": r, "dcor": feature_dcor(global_model(sim), x, _stage(sim, args.stage))})
+        rows.append({"round": r, "dcor": feature_dcor(global_model(sim), x, _stage(sim, args.stage)),
+                     **guarantee(run_dir.rounds(), r)})
     return _emit(rows, args.format)
 
 
@@ -143,7 +177,8 @@ def attack(args: argparse.Namespace) -> int:
         raise ConfigError(f"--samples ({args.samples}) must exceed the largest --train-sizes entry "
                           f"({max(args.train_sizes)}): the attacker is tested on the rest; raise --samples or "
                           "lower --train-sizes")
-    sim, _ = _simulation(args.run_dir)
+    sim, run_dir = _simulation(args.run_dir)
+    dp = guarantee(run_dir.rounds(), sim.round)  # the run's (eps, delta), beside the attack's success
     model, stage = global_model(sim), _stage(sim, args.stage)
     x, _ = pooled(sim.data, "test", args.samples, sim.cfg.seed)
     front = lambda v: forward_front(model, v, stage)  # noqa: E731
@@ -154,8 +189,8 @@ def attack(args: argparse.Namespace) -> int:
         res = reconstruction_attack(f[:half], x[:half], f[half:], x[half:], epochs=args.epochs, seed=sim.cfg.seed)
         if args.png:
             save_reconstructions(Path(args.png), x[half:], {"reconstruction": res.reconstructions})
-        return _emit([{"round": sim.round, "stage": stage, "test_mse": res.mse}], args.format)
+        return _emit([{"round": sim.round, "stage": stage, "test_mse": res.mse, **dp}], args.format)
     sizes = args.train_sizes
     rows = context_attack(lambda g: front(g.squeeze(1)), x, train_sizes=sizes, test_size=x.shape[0] - max(sizes),
                           seed=sim.cfg.seed)
-    return _emit(rows, args.format)
+    return _emit([{**row, **dp} for row in rows], args.format)

@@ -21,9 +21,10 @@ from fedaug.core.typecheck import allowed, fits
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | None = None,
-        hi: float | None = None, lo_open: bool = False, nullable: bool = False) -> Any:
-    """A schema field with its help text and limits (``lo_open``: the lower limit is excluded)."""
-    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "nullable": nullable}
+        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, nullable: bool = False) -> Any:
+    """A schema field with its help text and limits (``lo_open``, ``hi_open``: that limit is excluded)."""
+    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
+            "nullable": nullable}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -116,6 +117,15 @@ class AttackConfig:
 
 
 @dataclass
+class PrivacyConfig:
+    delta: float = opt(1e-5, "target delta of the (epsilon, delta) the accountant reports when a component "
+                             "declares a differential-privacy release (docs/privacy.md)", lo=0.0, hi=1.0,
+                       lo_open=True, hi_open=True)
+    accountant: str = opt("rdp", "privacy accountant (dp_accounting): Renyi DP, or privacy-loss distributions "
+                                 "(tighter, slower)", choices=("rdp", "pld"))
+
+
+@dataclass
 class RunConfig:
     seed: int = opt(0, "seed of every random stream", lo=0)
     name: str = opt("", "run name (default: preset or dataset-method)")
@@ -130,6 +140,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     trust: TrustConfig = field(default_factory=TrustConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""
@@ -179,9 +190,10 @@ def _check_value(key: str, value: Any, f: dataclasses.Field[Any], tp: Any) -> li
     if m["choices"] and value not in m["choices"]:
         return [f"'{key}' must be one of {', '.join(m['choices'])}, got {value!r}{suggest(str(value), m['choices'])}"]
     lo, hi = m["lo"], m["hi"]
-    if lo is not None and (value <= lo if m["lo_open"] else value < lo) or hi is not None and value > hi:
+    if (lo is not None and (value <= lo if m["lo_open"] else value < lo)
+            or hi is not None and (value >= hi if m["hi_open"] else value > hi)):
         lo_s = "" if lo is None else f"{'>' if m['lo_open'] else '>='} {lo}"
-        hi_s = "" if hi is None else f"<= {hi}"
+        hi_s = "" if hi is None else f"{'<' if m['hi_open'] else '<='} {hi}"
         return [f"'{key}' must be {' and '.join(s for s in (lo_s, hi_s) if s)}, got {value!r}"]
     return _toml_problems(key, value)
 

@@ -37,6 +37,7 @@ from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clie
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
+from fedaug.privacy.accountant import run_accountant
 
 CHECKPOINT_FORMAT = 1
 
@@ -135,6 +136,10 @@ class Server:
         self.best: dict[str, Any] | None = None
         self.last_eval: dict[str, Any] | None = None
         self.comm_total = {"down": 0, "up": 0}
+        # (eps, delta) of the components' Gaussian releases (None: no release, no record entry)
+        self.accountant = run_accountant(recipe.components, federation.num_clients,
+                                         clients_per_round(federation.num_clients, cfg.train.participation),
+                                         cfg.privacy.delta, cfg.privacy.accountant)
 
     # --- one round ----------------------------------------------------------------------------
     def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
@@ -221,6 +226,7 @@ class Server:
             **({"after_aggregate": self._query_record(query)} if query is not None else {}),
             **({"aggregate": kept} if kept else {}),
             **({"attack": {"kind": cfg.attack.kind, "clients": sorted(attacking)}} if attacking else {}),
+            **({"privacy": self.accountant.record(r)} if self.accountant is not None else {}),
         }
 
     def _query_record(self, query: PhaseResult) -> dict[str, dict[str, int]]:

@@ -106,6 +106,32 @@ def check_noise(owner: str, std: float, scale: str) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def check_dp(owner: str, dp_clip: float | None, dp_noise: float | None) -> tuple[float | None, float]:
+    """The Gaussian-mechanism options of a sharing component (:mod:`fedaug.privacy.mechanism`):
+    ``(C, z)``, with ``C = None`` when off.
+
+    ``dp_clip`` (C > 0) bounds each clipped quantity's L2 norm; ``dp_noise`` (z >= 0) is the noise
+    multiplier, sigma = z * sensitivity, and needs ``dp_clip``. Clipping with z = 0 (or unset) is
+    allowed, with a warning: it bounds what leaves the client but gives no formal guarantee.
+
+    Raises:
+        ConfigError: every problem at once, each naming ``owner.dp_clip`` or ``owner.dp_noise``.
+    """
+    problems = [p for p in (
+        None if dp_clip is None else range_problem(f"{owner}.dp_clip", dp_clip, lo=0.0, lo_open=True),
+        None if dp_noise is None else range_problem(f"{owner}.dp_noise", dp_noise, lo=0.0),
+    ) if p]
+    if dp_noise is not None and dp_clip is None:
+        problems.append(f"{owner}.dp_noise={dp_noise!r} needs {owner}.dp_clip (the clipping bound C that fixes "
+                        "the sensitivity the noise is calibrated to); set both")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    if dp_clip is not None and not dp_noise:
+        warnings.warn(f"{owner}.dp_clip={dp_clip} without {owner}.dp_noise > 0 clips what {owner} shares but "
+                      "adds no noise: no formal guarantee (no differential-privacy release)", UserWarning, stacklevel=3)
+    return (None if dp_clip is None else float(dp_clip)), float(dp_noise or 0.0)
+
+
 def require_classification(ctx: ClientCtx, name: str) -> None:
     """Raise :class:`ConfigError` unless the task is classification (label mixing needs classes)."""
     if ctx.task is None or ctx.task.name != "classification":

@@ -58,3 +58,26 @@ def clip_by_l2(tensors: Mapping[str, Tensor], max_norm: float) -> tuple[dict[str
     if factor == 1.0:
         return dict(tensors), norm
     return {k: (t * factor).to(t.dtype) if t.is_floating_point() else t for k, t in tensors.items()}, norm
+
+
+def clip_rows(x: Tensor, max_norm: float) -> Tensor:
+    """Per-sample clipping: each row ``x[i]`` (all its trailing dims taken as one vector) scaled by
+    ``min(1, C / ||x[i]||_2)`` (Abadi et al. 2016, Eq. 1; :func:`clip_factor` row by row, vectorised).
+
+    Args:
+        x: ``(n, *sample)`` floating; not modified in place.
+        max_norm: the bound C > 0.
+
+    Returns:
+        Same shape and dtype as ``x``, every row of L2 norm <= C (norms computed in float64).
+
+    Raises:
+        ValueError: ``max_norm`` is not a finite number > 0.
+
+    >>> clip_rows(torch.tensor([[6.0, 8.0], [0.3, 0.4]]), 5.0).tolist()
+    [[3.0, 4.0], [0.30000001192092896, 0.4000000059604645]]
+    """
+    clip_factor(0.0, max_norm)  # validates max_norm
+    norms = x.detach().flatten(1).double().norm(dim=1)
+    factor = (max_norm / norms.clamp_min(max_norm)).to(x.dtype)
+    return x * factor.reshape(-1, *([1] * (x.dim() - 1)))

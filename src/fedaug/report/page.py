@@ -15,7 +15,7 @@ from fedaug.report.figures import client_bars_png, comm_png, curves_png, feature
 from fedaug.report.grid import DEFAULT_SETTING, slug
 from fedaug.report.incidents import incidents_table
 from fedaug.report.results import Results, load_results, summarize
-from fedaug.report.table import COLUMNS_NOTE, about_blocks, overview_table, setting_tables
+from fedaug.report.table import COLUMNS_NOTE, about_blocks, overview_table, privacy_blocks, setting_tables
 
 IMAGE_DIR = "report_files"
 INCIDENTS_NOTE = ("The rounds in which a reply was rejected (client (phase): reason), a client dropped out, sampled "
@@ -67,6 +67,7 @@ def report_blocks(summary: dict[str, Any], features: dict[str, list[dict[str, An
             Image(f"clients-{tag}.png", client_bars_png(s, "final"), f"per-client final test {s['metric']}, {setting}"),
             Heading(3, "Communication vs accuracy"),
             Image(f"comm-{tag}.png", comm_png(s), f"communication vs accuracy, {setting}"),
+            *privacy_blocks(s),
         ]
         if features and features.get(setting):
             blocks += _feature_blocks(setting, features[setting])

@@ -83,6 +83,19 @@ class Run:
         """Evaluated round -> mean-over-clients test metric."""
         return {r["round"]: _number(r["eval"]["mean"][f"test_{self.metric}"]) for r in self.rounds if "eval" in r}
 
+    def privacy(self) -> dict[str, Any] | None:
+        """The accountant's guarantee per round (:mod:`fedaug.privacy.accountant`), ``None`` when the
+        run declares no differential-privacy release: ``{"delta", "unit", "model_protected",
+        "rounds": [t], "epsilon": [total eps after t], "releases": {what: [eps after t]}}``
+        (eps NaN where the record holds null, i.e. infinite)."""
+        entries = [(r["round"], r["privacy"]) for r in self.rounds if "privacy" in r]
+        if not entries:
+            return None
+        last = entries[-1][1]
+        return {"delta": last["delta"], "unit": last["unit"], "model_protected": last["model_protected"],
+                "rounds": [t for t, _ in entries], "epsilon": [_number(e["epsilon"]) for _, e in entries],
+                "releases": {what: [_number(e["releases"][what]) for _, e in entries] for what in last["releases"]}}
+
     def seconds(self) -> float:
         """Training plus evaluation time over all rounds (s), from the records."""
         return sum(r["time"].get("train_s", 0.0) + r["time"].get("eval_s", 0.0) for r in self.rounds)
@@ -188,7 +201,8 @@ def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any
     """Mean +/- std over seeds of one (setting, method): final and best, per client and the mean
     over clients; the paired t-test against the baseline's runs on the common seeds; mean
     communication (bytes) and time per run; the mean learning curve (rounds every run evaluated);
-    each run's incidents (:func:`~fedaug.report.incidents.run_incidents`, with its seed)."""
+    each run's incidents (:func:`~fedaug.report.incidents.run_incidents`, with its seed), and the (eps, delta)
+    guarantee per round when the method declares a DP release (:meth:`Run.privacy`)."""
     if not runs:
         return {"n": 0}
     out: dict[str, Any] = {"n": len(runs), "seeds": [r.seed for r in runs], "run_dirs": [str(r.path) for r in runs]}
@@ -209,6 +223,9 @@ def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any
     stats = [mean_std([c[t] for c in curves]) for t in rounds]
     out["curve"] = {"rounds": rounds, "mean": [m for m, _ in stats], "std": [s for _, s in stats]}
     out["incidents"] = [{"seed": str(r.seed), **row} for r in runs for row in run_incidents(r.rounds)]
+    privacy = runs[0].privacy()  # the accountant's eps depends on the config, not on the seed
+    if privacy is not None:
+        out["privacy"] = privacy
     return out
 
 

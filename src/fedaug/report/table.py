@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,35 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
         blocks.append(Paragraph(f"Per client, test {m} (%) at the {which} round, mean ± std over seeds:"))
         blocks.append(Table(["method", *s["clients"], "mean over clients"], crow))
     return blocks
+
+
+def privacy_blocks(s: dict[str, Any]) -> list[Block]:
+    """The differential-privacy guarantee of one setting's methods (their cells' ``privacy``): the
+    final (eps, delta) per release and in total, then eps after each round; ``[]`` when no method
+    declares a release."""
+    dp = {method: c["privacy"] for method, c in s["methods"].items() if c.get("privacy")}
+    if not dp:
+        return []
+    none = [method for method, c in s["methods"].items() if c["n"] and method not in dp]
+    final = [[method, f"{p['delta']:g}", p["unit"], _eps(p["epsilon"][-1]),
+              "; ".join(f"{what} {_eps(v[-1])}" for what, v in p["releases"].items()),
+              "yes" if p["model_protected"] else "no"] for method, p in dp.items()]
+    rounds = sorted({t for p in dp.values() for t in p["rounds"]})
+    per_round = [[str(t), *(_eps(p["epsilon"][p["rounds"].index(t)]) if t in p["rounds"] else "-" for p in dp.values())]
+                 for t in rounds]
+    note = ("Epsilon of the accountant (docs/privacy.md, \"Differential privacy\") after the final round, per "
+            "unit (sample or client), for the releases each method declares; \"model weights\" says whether "
+            "the weights themselves are under the guarantee (DP-FedAvg).")
+    if none:
+        note += f" No formal guarantee (no DP release): {', '.join(none)}."
+    return [Heading(3, "Differential privacy"), Paragraph(note),
+            Table(["method", "delta", "unit", "epsilon (final)", "per release", "model weights"], final),
+            Paragraph("Epsilon after each round:"), Table(["round", *dp], per_round)]
+
+
+def _eps(x: float) -> str:
+    """An epsilon for a table (``inf`` where the record held null: no noise)."""
+    return f"{x:.3f}" if math.isfinite(x) else "inf"
 
 
 def overview_cell(c: dict[str, Any], which: str = "final", seeds: int | None = None) -> str:

@@ -25,10 +25,14 @@ from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
-from fedaug.methods.options import attach_points, check_at, check_choice, check_noise, check_probability, check_range
+from fedaug.methods.options import (attach_points, check_at, check_choice, check_dp, check_noise, check_probability,
+                                    check_range)
 from fedaug.methods.recorded import Recorded
 from fedaug.methods.robust import STATS_RULES, robust_variance
+from fedaug.privacy.clip import clip_by_l2
+from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.release import GaussianRelease
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
@@ -47,6 +51,14 @@ class FeatureStatsAug(Component, abc.ABC):
             none; a privacy perturbation, :mod:`fedaug.privacy.noise`); the client's own layers
             keep the clean values.
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to each uploaded vector's std).
+        dp_clip: C > 0: the Gaussian mechanism on the upload (:mod:`fedaug.privacy.mechanism`),
+            **client-level**: the uploaded vector (every layer's running mean and std, together) is
+            clipped to L2 norm C. The statistics are EMAs over the round's batches, so no per-sample
+            bound holds; replacing a client's whole data by nothing (zero-out) moves the clipped
+            vector by at most C. ``None`` (default): off.
+        dp_noise: z >= 0: adds ``N(0, (z C)^2)`` to every uploaded value (needs ``dp_clip``); a
+            noisy std is clamped at 0. Declares the release ``"<name> statistics"`` (every round,
+            client). ``share_noise`` then adds its noise on top (post-processing).
         kernel: the layers' computation path: ``"off"`` (default), the pure-PyTorch path, whose
             numbers are the same on every machine; ``"on"``, the compiled CPU kernel
             (:mod:`fedaug.layers.kernel`): faster on small maps, needs a C++ compiler (built at
@@ -76,12 +88,14 @@ class FeatureStatsAug(Component, abc.ABC):
                     "predates the kernel")}
 
     def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None, kernel: str = "off", stats_rule: str = "mean",
                  stats_beta: float = 0.1) -> None:
         self.at = check_at(self.name, at)
         self.p = check_probability(self.name, "p", p)
         check_noise(self.name, share_noise, share_noise_scale)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
+        self.dp_clip, self.dp_noise = check_dp(self.name, dp_clip, dp_noise)
         if kernel == "auto":
             raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
                               "kernel when it builds) made a run's numbers depend on the machine; choose one")
@@ -90,6 +104,17 @@ class FeatureStatsAug(Component, abc.ABC):
         check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
         self.stats_beta = float(stats_beta)
         self.handle: AttachHandle | None = None
+
+    def declare_releases(self) -> None:
+        """Set :attr:`releases` once the subclass has fixed :attr:`up_keys` (end of its ``__init__``):
+        the client-level statistics release when ``dp_noise > 0`` and something is uploaded; a
+        warning when the DP options are set but this variant uploads nothing."""
+        if self.dp_clip is not None and not self.up_keys:
+            warnings.warn(f"{self.name}.dp_clip/dp_noise do nothing: this variant uploads no statistics", UserWarning,
+                          stacklevel=3)
+        elif self.dp_clip is not None and self.dp_noise > 0:
+            self.releases = (GaussianRelease(f"{self.name} statistics", self.dp_noise, self.dp_clip,
+                                             "every_round", "client"),)
 
     # --- subclass hooks ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -166,11 +191,21 @@ class FeatureStatsAug(Component, abc.ABC):
             self.configure_layer(ctx, name, layer, down if sizes == {layer.num_channels} else {}, state)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        up = {f"{n}.{k}": getattr(layer, k).detach().clone().float() for n, layer in self.layers.items()
+              for k in self.up_keys}
+        if self.dp_clip is not None and up:
+            up = self.privatize(up, ctx.rng("dp"))
         g = ctx.rng("noise")
-        up = {f"{n}.{k}": add_gaussian_noise(getattr(layer, k).detach().clone().float(), self.share_noise, g,
-                                             scale=self.share_noise_scale)
-              for n, layer in self.layers.items() for k in self.up_keys}
+        up = {k: add_gaussian_noise(v, self.share_noise, g, scale=self.share_noise_scale) for k, v in up.items()}
         return up, self.client_state(self.layers)
+
+    def privatize(self, up: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
+        """The client-level Gaussian mechanism on the upload: clip every ``(C,)`` statistic together
+        to L2 norm ``dp_clip``, add ``N(0, (dp_noise * dp_clip)^2)`` to each value, clamp the stds at 0
+        (post-processing; the uplink accepts no negative std)."""
+        clipped, _ = clip_by_l2(up, self.dp_clip)
+        noised = gaussian_mechanism(clipped, self.dp_clip, self.dp_noise, generator)
+        return {k: v.clamp_min(0.0) if k.endswith(".running_std") else v for k, v in noised.items()}
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:

@@ -56,6 +56,9 @@ class FedFA(FeatureStatsAug):
         eps: added to the spatial variance before the square root.
         share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
+        dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
+            vector to C, noise ``z C``; default off), see
+            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
         kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
             see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
@@ -71,10 +74,10 @@ class FedFA(FeatureStatsAug):
     def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: str = "fused",
                  lam: float | None = None, at: Sequence[str] | None = None,
                  official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
-                 stats_beta: float = 0.1) -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel,
-                         stats_rule=stats_rule, stats_beta=stats_beta)
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
+                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
+                         dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         self.momentum = check_probability(self.name, "momentum", momentum)
         self.variance = check_choice(self.name, "variance", variance, tuple(VARIANTS))
         if lam is not None:
@@ -95,6 +98,7 @@ class FedFA(FeatureStatsAug):
         self.official_compat, self.eps = bool(official_compat), float(eps)
         self.down_keys, self.up_keys = (COMPAT_DOWN, RUNNING) if official_compat else VARIANTS[variance]
         self.warn_if_stats_unused()
+        self.declare_releases()
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, momentum=self.momentum, variance=self.variance, lam=self.lam,

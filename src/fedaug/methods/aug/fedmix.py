@@ -28,10 +28,13 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.payload import TensorSpec
 from fedaug.layers.mixing import mix, soft_labels
 from fedaug.methods.aug._sharing import PoolAug
-from fedaug.methods.options import check_choice, check_noise, check_range, require_classification
+from fedaug.methods.options import check_choice, check_dp, check_noise, check_range, require_classification
 from fedaug.methods.component import Batch, ClientCtx
 from fedaug.methods.recipe import METHODS
+from fedaug.privacy.clip import clip_rows
+from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.release import GaussianRelease
 
 MODES = ("fedmix", "naive")
 
@@ -88,6 +91,13 @@ class FedMix(PoolAug):
         share_noise: std of Gaussian noise added to the mean images a client uploads (0: none; a
             privacy perturbation, :mod:`fedaug.privacy.noise`); mean labels are sent as they are.
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to the std of the uploaded means).
+        dp_clip: C > 0: the sample-level Gaussian mechanism on the shared means: each image is
+            clipped to L2 norm C before the mean over its batch of M; ``None`` (default): off.
+        dp_noise: z >= 0: each mean image gets ``N(0, (z C / M)^2)`` per value and each mean label
+            ``N(0, (z / M)^2)`` (a one-hot label has norm 1), clamped to [0, 1] (needs ``dp_clip``;
+            ``M = min(mean_batch, n)``). Declares the releases ``"fedmix mean images"`` and
+            ``"fedmix mean labels"`` (once per client, sample-level; their sensitivities C and 1 are
+            those of the sums). ``share_noise`` then adds its noise to the images.
 
     >>> fedmix = FedMix(lam=0.1, mean_batch=10)
     """
@@ -95,9 +105,14 @@ class FedMix(PoolAug):
     name = "fedmix"
 
     def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: str = "fedmix", share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
+        self.dp_clip, self.dp_noise = check_dp(self.name, dp_clip, dp_noise)
+        if self.dp_clip is not None and self.dp_noise > 0:
+            self.releases = (GaussianRelease("fedmix mean images", self.dp_noise, self.dp_clip, "once", "sample"),
+                             GaussianRelease("fedmix mean labels", self.dp_noise, 1.0, "once", "sample"))
         if not 0.0 < lam < 1.0:
             raise ConfigError(f"fedmix.lam must be in (0, 1), got {lam}")
         check_range("fedmix.mean_batch", mean_batch, lo=1, integer=True)
@@ -111,8 +126,22 @@ class FedMix(PoolAug):
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         require_classification(ctx, self.name)
         perm = torch.randperm(len(ctx.data), generator=ctx.rng("means"))
-        x, y = batch_means(ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes), self.mean_batch, perm)
+        x, y = ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes)
+        if self.dp_clip is None:
+            x, y = batch_means(x, y, self.mean_batch, perm)
+        else:
+            x, y = self.private_means(x, y, perm, ctx.rng("dp"))
         return add_gaussian_noise(x, self.share_noise, ctx.rng("noise"), scale=self.share_noise_scale), y
+
+    def private_means(self, x: Tensor, y: Tensor, perm: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """:func:`batch_means` of per-sample clipped images ``(N, *sample)`` (to ``dp_clip``) and labels
+        ``(N, K)`` (to 1: one-hot and probability vectors already are), with ``M = min(mean_batch, N)``
+        and Gaussian noise of std ``dp_noise * dp_clip / M`` and ``dp_noise / M``; labels clamped to [0, 1]."""
+        m = min(self.mean_batch, x.shape[0])
+        x_bar, y_bar = batch_means(clip_rows(x, self.dp_clip), clip_rows(y, 1.0), self.mean_batch, perm)
+        x_bar = gaussian_mechanism({"x": x_bar}, self.dp_clip / m, self.dp_noise, generator)["x"]
+        y_bar = gaussian_mechanism({"y": y_bar}, 1.0 / m, self.dp_noise, generator)["y"]
+        return x_bar, y_bar.clamp(0.0, 1.0)
 
     def label_shape(self, ctx: ClientCtx, target: torch.Size) -> tuple[int, ...]:
         return (ctx.task.num_classes,)

@@ -32,10 +32,14 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.layers.functional import channel_stats
 from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
+from fedaug.privacy.clip import clip_rows
+from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
-from fedaug.methods.options import check_choice, check_noise, check_range
+from fedaug.methods.options import check_choice, check_dp, check_noise, check_range
 from fedaug.methods.robust import STATS_RULES, clamp_to_robust_range
+from fedaug.privacy.release import GaussianRelease
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
@@ -55,6 +59,34 @@ def client_stats(ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         raise ConfigError(f"fedrdn: client {ctx.client_id} has constant input channel(s) {bad} (std 0); "
                           "FedRDN cannot normalise them: drop those channels or use another augmentation")
     return mean, std
+
+
+def private_client_stats(x: Tensor, max_norm: float, noise_multiplier: float, generator: torch.Generator,
+                         *, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """The sample-level Gaussian mechanism on a client's statistics (Eq. 4-5 with a bounded sensitivity).
+
+    Each image's vector ``v_i = (mu_i, sigma_i)`` of its channel means and stds (``2C`` values,
+    Eq. 5) is clipped to L2 norm ``max_norm``; their average over the client's ``n`` images (Eq. 4)
+    changes by at most ``max_norm / n`` when one image is added or removed (zero-out, ``n``
+    public), so it gets ``N(0, (z max_norm / n)^2)`` per value. Without clipping's effect and
+    noise this is :func:`~fedaug.layers.mixing.dataset_channel_stats`.
+
+    Args:
+        x: ``(n, C, *spatial)`` the client's raw training inputs.
+        max_norm: C_clip > 0.
+        noise_multiplier: z >= 0.
+        generator: the client's ``ctx.rng("dp")``.
+        chunk: images per step of the per-image statistics (bounds memory).
+
+    Returns:
+        ``mean, std``, each ``(C,)`` float32; the std clamped at 1e-6 (post-processing).
+    """
+    rows = torch.cat([torch.cat(channel_stats(x[i : i + chunk].to(torch.float64), eps=0.0), dim=1)
+                      for i in range(0, x.shape[0], chunk)])  # (n, 2C)
+    mean = clip_rows(rows, max_norm).mean(0)
+    v = gaussian_mechanism({"v": mean}, max_norm / x.shape[0], noise_multiplier, generator)["v"].float()
+    c = x.shape[1]
+    return v[:c], v[c:].clamp_min(1e-6)
 
 
 def draw_pairs(num_pairs: int, batch_size: int, draw: str, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -88,6 +120,12 @@ class FedRDN(Component):
             privacy perturbation, :mod:`fedaug.privacy.noise`); a noisy std is clamped at 1e-6.
             Every client, the uploader included, then uses the table's (noisy) pairs.
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to the std of the uploaded values).
+        dp_clip: C > 0: the sample-level Gaussian mechanism on the uploaded statistics
+            (:func:`private_client_stats`): each image's (channel means, channel stds) vector is
+            clipped to C before the average over the client's n images; ``None`` (default): off.
+        dp_noise: z >= 0, noise ``N(0, (z C / n)^2)`` per value (needs ``dp_clip``). Declares the
+            release ``"fedrdn statistics"`` (once per client, sample-level; its sensitivity C is that
+            of the sum, C / n that of the mean). ``share_noise`` then adds its noise on top.
         stats_rule: ``"mean"`` (default: the table as uploaded, the paper), ``"median"`` or
             ``"trimmed_mean"`` (the table sent clamped to the rows' robust range, see above). A
             client whose own pair lies outside that range also trains and is evaluated with the
@@ -101,12 +139,16 @@ class FedRDN(Component):
     phases = ("train", "evaluate")
 
     def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None, stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
         self.stats_rule = check_choice(self.name, "stats_rule", stats_rule, STATS_RULES)
         check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
         self.stats_beta = float(stats_beta)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
+        self.dp_clip, self.dp_noise = check_dp(self.name, dp_clip, dp_noise)
+        if self.dp_clip is not None and self.dp_noise > 0:
+            self.releases = (GaussianRelease("fedrdn statistics", self.dp_noise, self.dp_clip, "once", "sample"),)
         self.variant = check_choice(self.name, "variant", variant, VARIANTS)
         self.draw = check_choice(self.name, "draw", draw, DRAWS)
         empty = torch.zeros(0)
@@ -167,6 +209,8 @@ class FedRDN(Component):
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         empty = torch.zeros(0, self._channels)
         mean, std = self._upload or (empty, empty)
+        if self._upload is not None and self.dp_clip is not None:
+            mean, std = (v[None] for v in private_client_stats(ctx.data.x, self.dp_clip, self.dp_noise, ctx.rng("dp")))
         g = ctx.rng("noise")
         mean = add_gaussian_noise(mean.clone(), self.share_noise, g, scale=self.share_noise_scale)
         std = add_gaussian_noise(std.clone(), self.share_noise, g, scale=self.share_noise_scale)

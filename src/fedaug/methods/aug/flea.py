@@ -31,14 +31,17 @@ from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import dry_run, output_shape
 from fedaug.layers.mixing import soft_labels
-from fedaug.methods.options import check_choice, check_noise, range_problem, require_classification
+from fedaug.methods.options import check_choice, check_dp, check_noise, range_problem, require_classification
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, merge_buffer,
                                             mix_features, share_indices)
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 from fedaug.models.split import extract_features, forward_back, forward_front, split_stages
+from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.dcor import distance_correlation
+from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.release import GaussianRelease
 
 DISTILL_ON = ("mixed", "buffer")
 
@@ -65,6 +68,12 @@ class FLea(Component):
             over contributors (:func:`~fedaug.methods.aug.flea_buffer.merge_buffer`).
         share_noise: std of Gaussian noise added to the shared features (0: none; :mod:`fedaug.privacy.noise`).
         share_noise_scale: ``"absolute"`` or ``"relative"`` (to the features' standard deviation).
+        dp_clip: C > 0: the sample-level Gaussian mechanism on the shared features: each row (one
+            sample's features, flattened) is clipped to L2 norm C; ``None`` (default): off.
+        dp_noise: z >= 0: each clipped row gets ``N(0, (z C)^2)`` per value (needs ``dp_clip``).
+            Declares the release ``"flea features"`` (every round the client is queried,
+            sample-level). The labels travel in clear (not covered), and the bound holds for the
+            features of a given global model (docs/privacy.md). ``share_noise`` adds its noise on top.
 
     >>> flea = FLea(stage="block2", share_fraction=0.1, beta=2.0, distill_weight=1.0, dcor_weight=3.0)
     """
@@ -77,7 +86,8 @@ class FLea(Component):
                  distill_weight: float = 1.0, dcor_weight: float = 3.0, dcor_final_weight: float | None = None,
                  dcor_decay_rounds: int = 20, dcor_squared: bool = True, distill_on: str = "mixed",
                  unmixed_ce: bool = False, max_buffer: int = 10_000, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute") -> None:
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None) -> None:
         problems = [p for p in (
             range_problem("flea.share_fraction", share_fraction, lo=0.0, hi=1.0),
             range_problem("flea.beta", beta, lo=0.0, lo_open=True),  # the Beta(a, a) concentration
@@ -90,6 +100,9 @@ class FLea(Component):
         if problems:
             raise ConfigError("; ".join(problems))
         check_noise(self.name, share_noise, share_noise_scale)
+        self.dp_clip, self.dp_noise = check_dp(self.name, dp_clip, dp_noise)
+        if self.dp_clip is not None and self.dp_noise > 0:
+            self.releases = (GaussianRelease("flea features", self.dp_noise, self.dp_clip, "every_round", "sample"),)
         self.stage, self.share_fraction, self.beta = stage, float(share_fraction), float(beta)
         self.distill_weight, self.dcor_weight = float(distill_weight), float(dcor_weight)
         self.dcor_final_weight, self.dcor_decay_rounds = dcor_final_weight, dcor_decay_rounds
@@ -181,6 +194,8 @@ class FLea(Component):
             return {}, {}
         idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id)
         f = extract_features(ctx.model, ctx.data.x[idx], self.stage)
+        if self.dp_clip is not None:  # one sample's release per row
+            f = gaussian_mechanism({"f": clip_rows(f, self.dp_clip)}, self.dp_clip, self.dp_noise, ctx.rng("dp"))["f"]
         f = add_gaussian_noise(f, self.share_noise, ctx.rng("noise"), scale=self.share_noise_scale)
         return {"features": f.flatten(1).float(), "labels": ctx.data.y[idx].to(torch.int64)}, {}
 

@@ -51,6 +51,9 @@ class VFDA(FeatureStatsAug):
         eps: added to the spatial variance before the square root.
         share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
             (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
+        dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
+            vector to C, noise ``z C``; default off), see
+            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
         kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the compiled CPU kernel);
             see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
@@ -65,10 +68,10 @@ class VFDA(FeatureStatsAug):
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
                  global_variance: bool = True, noise_scale: str = "variance",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", kernel: str = "off", stats_rule: str = "mean",
-                 stats_beta: float = 0.1) -> None:
-        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, kernel=kernel,
-                         stats_rule=stats_rule, stats_beta=stats_beta)
+                 share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
+                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+        super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
+                         dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         check_range("vfda.eta0", eta0, lo=0.0)
         check_range("vfda.eps", eps, lo=0.0, lo_open=True)
         self.eta0, self.emd, self.eps = float(eta0), bool(emd), float(eps)
@@ -78,6 +81,7 @@ class VFDA(FeatureStatsAug):
         if self.global_variance:
             self.down_keys, self.up_keys = ("var_mu", "var_sigma"), RUNNING
         self.warn_if_stats_unused()
+        self.declare_releases()
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, variance="product" if self.global_variance else "client",
