@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedaug.config.load import load_config
 from fedaug.engine.simulate import build_simulation
@@ -47,7 +47,7 @@ def channel_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 def measure(preset: str, steps: int) -> list[dict[str, float | int | str]]:
     """One row per FFA layer of ``preset``: medians over clients and channels (see the module docstring)."""
-    cfg, _ = load_config(preset, [f"train.rounds=1", f"train.local_steps={steps}"])
+    cfg, _ = load_config(preset, ["train.rounds=1", f"train.local_steps={steps}"])
     sim = build_simulation(cfg)
     sim.run_round(1)
     data, vfda_opts = sim.data, cfg.method.options.get("vfda", {})
@@ -95,8 +95,9 @@ def table(rows: list[dict[str, float | int | str]]) -> str:
             "s_mu / sigma | s_sigma / sigma | below float32, std | below float32, variance |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
-        f"| {r['preset']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} | {r['std_mu']:.2e} | {r['std_sigma']:.2e} "
-        f"| {r['var_mu']:.2e} | {r['var_sigma']:.2e} | {100 * r['below_std']:.1f} % | {100 * r['below_var']:.1f} % |\n"
+        f"| {r['preset']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} | {r['std_mu']:.2e} "
+        f"| {r['std_sigma']:.2e} | {r['var_mu']:.2e} | {r['var_sigma']:.2e} "
+        f"| {100 * r['below_std']:.1f} % | {100 * r['below_var']:.1f} % |\n"
         for r in rows)
 
 

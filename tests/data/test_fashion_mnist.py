@@ -131,7 +131,8 @@ def test_seeds(fake_root: Path) -> None:
         ({"num_clients": 0}, r"num_clients must be an integer >= 1, got 0"),
         (
             {"partition": "pathological"},
-            r"partition must be one of dirichlet, dirichlet_balanced, iid, quantity, shards, scarcity, got 'pathological'",
+            r"partition must be one of dirichlet, dirichlet_balanced, iid, quantity, shards, scarcity, "
+            r"got 'pathological'",
         ),
         ({"alpha": -1.0}, r"alpha must be > 0, got -1.0"),
         ({"min_size": -2}, r"min_size must be an integer >= 0, got -2"),

@@ -14,16 +14,16 @@ A smoke test, not a benchmark: every site is a single template brain.
   like ``colin27``. A different species: a strong site shift.
 
 Volumes are reoriented to RAS, intensities scaled to [0, 1] (0.5th-99.5th percentile of non-zero
-voxels).
+voxels). 2D samples are axial slices, zero-padded to square and resized to ``size`` (bilinear for
+images, nearest for labels); 3D samples are ``patch``^3 crops tiled over the brain's bounding box
+after downsampling by ``spacing`` (mean pooling for images, nearest for labels).
 
 ``scanners=k`` (>= the number of volumes) makes k clients that image the volumes through simulated
 scanners (:mod:`fedaug.data.site_shift`): client j sees volume ``sites[j % len(sites)]`` recorded
 with its own acquisition profile (bias field, contrast/gamma, Rician noise level, resolution; drawn
 from ``scanner_seed`` and listed in ``info["scanners"]``), then scaled to [0, 1] like every site. The
 slices/patches of a volume are dealt between the scanners that image it, so no anatomy is shared
-between clients: a site shift of the kind scanners make, on top of the subject shift. 2D samples are axial slices, zero-padded to square and resized to ``size`` (bilinear for
-images, nearest for labels); 3D samples are ``patch``^3 crops tiled over the brain's bounding box
-after downsampling by ``spacing`` (mean pooling for images, nearest for labels).
+between clients: a site shift of the kind scanners make, on top of the subject shift.
 """
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ def _site_record(volume: tuple[np.ndarray, np.ndarray], dims: int, size: int, pa
 def _check(sites: Any, dims: Any, size: Any, patch: Any, spacing: Any, min_brain: Any, val_fraction: Any,
            test_fraction: Any, scanners: Any, scanner_seed: Any) -> None:
     problems: list[str] = []
-    sites_ok = isinstance(sites, (list, tuple)) and sites and all(s in SITES for s in sites) and len(set(sites)) == len(sites)
+    sites_ok = (isinstance(sites, (list, tuple)) and bool(sites) and all(s in SITES for s in sites)
+                and len(set(sites)) == len(sites))
     if not sites_ok:
         problems.append(f"sites must be a non-empty list of distinct names from {', '.join(SITES)}, got {sites!r}")
     check_int(problems, "scanners", scanners, 0)
@@ -294,6 +295,7 @@ def brain_mri(
         "smoke_test": "one template brain per site: a smoke test of the segmentation path, not a benchmark",
         "classes": list(CLASSES),
         "params": params,
-        "scanners": [{"name": name, "volume": site, **profiles[j].to_dict()} for name, site, j in plan if j is not None],
+        "scanners": [{"name": name, "volume": site, **profiles[j].to_dict()}
+                     for name, site, j in plan if j is not None],
     }
     return FederatedData("brain_mri", "segmentation", 3, shape, clients, info)

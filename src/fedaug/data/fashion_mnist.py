@@ -125,7 +125,8 @@ def _test_indices(train_labels: list[np.ndarray], test_labels: np.ndarray, rate:
     return [rng.permutation(np.concatenate(parts)) for parts in out]
 
 
-@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist); dirichlet(_balanced), iid, quantity, shards or scarcity clients")
+@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist); dirichlet(_balanced), iid, "
+                                    "quantity, shards or scarcity clients")
 def fashion_mnist(
     *,
     seed: int,

@@ -119,8 +119,8 @@ def dirichlet_partition(
             return [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
     raise ConfigError(
         f"no {'balanced ' if balanced else ''}Dirichlet(alpha={alpha}) split of {n} samples gave each of "
-        f"{num_clients} clients >= {min_size} samples in {MAX_DIRICHLET_ATTEMPTS} draws; lower min_size or num_clients, "
-        "raise alpha, or use more samples"
+        f"{num_clients} clients >= {min_size} samples in {MAX_DIRICHLET_ATTEMPTS} draws; lower min_size or "
+        "num_clients, raise alpha, or use more samples"
     )
 
 
