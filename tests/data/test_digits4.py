@@ -222,3 +222,52 @@ def test_synth_colours_keep_contrast() -> None:
     luma = torch.tensor([0.299, 0.587, 0.114])
     assert float(((fg - bg) @ luma).abs().min()) >= 0.4
     assert np.ptp(fg.numpy(), axis=0).min() > 0.9  # still spans the colour cube
+
+
+def usps_statistics(x: torch.Tensor) -> tuple[float, float, float]:
+    """Of gray ``(N, 1, H, W)``: foreground share (pixels > 0.3), share of the foreground that is
+    saturated (> 0.9), and the mean longer side of the foreground's bounding box over the frame side."""
+    x = x[:, 0]
+    fg = x > 0.3
+    idx = torch.arange(x.shape[-1])
+
+    def extent(m: torch.Tensor) -> torch.Tensor:  # (N, L) bool -> (N,) spanned share
+        return (torch.where(m, idx, -1).amax(1) + 1 - torch.where(m, idx, x.shape[-1]).amin(1)).float() / x.shape[-1]
+
+    fill = torch.maximum(extent(fg.any(2)), extent(fg.any(1)))
+    saturated = ((x > 0.9).float().sum((1, 2)) / fg.float().sum((1, 2)).clamp_min(1)).mean()
+    return float(fg.float().mean()), float(saturated), float(fill.mean())
+
+
+def test_usps_styles_statistics(module_cache: Path) -> None:
+    """v1 (8x8 upsampled) is wide blurry blobs; v2 has saturated, thinner strokes; both fill the frame
+    (the UCI digits, like USPS, are size-normalised), unlike MNIST's 20-in-28 framing.
+    Measured at N = 120: foreground 0.43 / 0.34, saturated share 0.11 / 0.50, fill 1.00 / 1.00; MNIST fill ~0.7."""
+    stats = {style: usps_statistics(digits4(seed=0, samples_per_domain=N, channels=1, domains=["usps_like"],
+                                            usps_style=style).clients[0].train.x) for style in ("v1", "v2")}
+    mnist = usps_statistics(digits4(seed=0, samples_per_domain=N, channels=1, domains=["mnist"]).clients[0].train.x)
+    assert stats["v1"][1] < 0.2 and stats["v2"][1] >= 0.4
+    assert stats["v2"][0] < 0.38 < stats["v1"][0]
+    assert min(stats["v1"][2], stats["v2"][2]) >= 0.95 > 0.8 > mnist[2]
+
+
+def test_usps_v2_native_16x16_fills_the_frame_and_same_digits_as_v1() -> None:
+    from fedaug.data.digits4_usps import usps_like
+
+    x1, y1 = usps_like(50, seed=3, style="v1")
+    x2, y2 = usps_like(50, seed=3, style="v2")
+    assert x1.shape == (50, 1, 8, 8) and x2.shape == (50, 1, 16, 16) and torch.equal(y1, y2)
+    fg = x2[:, 0] > 0
+    rows, cols = fg.any(2).sum(1), fg.any(1).sum(1)
+    assert int(torch.maximum(rows, cols).min()) >= 15  # the longer side spans the frame (bicubic edge: 15-16)
+    assert float(x2.amax((1, 2, 3)).min()) == 1.0
+
+
+def test_usps_style_default_is_v1_and_recorded(data: FederatedData, module_cache: Path) -> None:
+    assert data.info["params"]["usps_style"] == "v1"
+    assert "8x8 upsampled" in data.info["sources"]["usps_like"]
+    v2 = digits4(seed=0, samples_per_domain=N, domains=["usps_like"], usps_style="v2")
+    assert v2.info["params"]["usps_style"] == "v2" and "16x16" in v2.info["sources"]["usps_like"]
+    assert not torch.equal(v2.clients[0].train.x, data.clients[1].train.x)
+    with pytest.raises(ConfigError, match=r"usps_style must be one of v1, v2, got 'v3'"):
+        digits4(seed=0, samples_per_domain=N, usps_style="v3")

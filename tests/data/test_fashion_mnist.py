@@ -63,6 +63,14 @@ def test_missing_directory_says_how_to_fix(tmp_path: Path) -> None:
         fashion_mnist(seed=0, root=root)
 
 
+def test_balanced_dirichlet_clients_on_fake_files(fake_root: Path) -> None:
+    """400 fake images, 4 clients: each holds < 100 + 40 (the cap N / K plus one class of 40)."""
+    fd = fashion_mnist(seed=0, root=fake_root, num_clients=4, partition="dirichlet_balanced", alpha=0.5, min_size=20)
+    sizes = [len(c.train) + len(c.val) for c in fd.clients]
+    assert sum(sizes) == 400 and min(len(c.train) for c in fd.clients) >= 20 and max(sizes) < 140
+    assert fd.info["params"]["partition"] == "dirichlet_balanced"
+
+
 def test_dirichlet_clients_on_fake_files(fake_root: Path) -> None:
     fd = fashion_mnist(seed=0, root=fake_root, num_clients=4, alpha=0.5, min_size=20)
     assert fd.name == "fashion_mnist" and fd.num_classes == 10 and fd.input_shape == (1, 28, 28)
@@ -123,7 +131,8 @@ def test_seeds(fake_root: Path) -> None:
         ({"num_clients": 0}, r"num_clients must be an integer >= 1, got 0"),
         (
             {"partition": "pathological"},
-            r"partition must be one of dirichlet, iid, quantity, shards, scarcity, got 'pathological'",
+            r"partition must be one of dirichlet, dirichlet_balanced, iid, quantity, shards, scarcity, "
+            r"got 'pathological'",
         ),
         ({"alpha": -1.0}, r"alpha must be > 0, got -1.0"),
         ({"min_size": -2}, r"min_size must be an integer >= 0, got -2"),

@@ -1,10 +1,13 @@
-"""Distance correlation (FLea Eq. 5 / 8): against the independent ``dcor`` package, properties."""
+"""Distance correlation (FLea Eq. 5 / 8): against the independent ``dcor`` package, properties
+(scale invariance over 1e-6 ... 1e6, degenerate inputs)."""
 
 from __future__ import annotations
 
 import dcor
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedaug.core.errors import ConfigError
 from fedaug.privacy.dcor import centred_distances, distance_correlation
@@ -70,3 +73,48 @@ def test_bad_sizes_are_config_errors():
         distance_correlation(torch.randn(1, 3), torch.randn(1, 2))
     with pytest.raises(ConfigError, match=r"got 4 and 3"):
         distance_correlation(torch.randn(4, 3), torch.randn(3, 2))
+
+
+scale_st = st.floats(-6.0, 6.0).map(lambda e: 10.0**e)  # 1e-6 ... 1e6, log-uniform
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(a=scale_st, b=scale_st, seed=st.integers(0, 2**16), squared=st.booleans())
+def test_scale_invariant_from_1e_minus_6_to_1e6(a: float, b: float, seed: int, squared: bool) -> None:
+    """dCor(a x, b f) = dCor(x, f) within 1e-9 (float64) and 1e-5 (float32); gradients w.r.t. x agree
+    within 1e-6 (float64) of their norm: only rounding separates the two sides."""
+    g = torch.Generator().manual_seed(seed)
+    x64 = torch.randn(12, 784, generator=g, dtype=torch.float64)  # flattened 28x28 inputs: the issue's case
+    f64 = torch.tanh(x64[:, :8] * 3) + 0.3 * torch.randn(12, 8, generator=g, dtype=torch.float64)
+    for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-5)):
+        x, f = x64.to(dtype), f64.to(dtype)
+        assert float(distance_correlation(a * x, b * f, squared=squared)) == pytest.approx(
+            float(distance_correlation(x, f, squared=squared)), abs=tol)
+    x = x64.clone().requires_grad_(True)
+    distance_correlation(x, f64, squared=squared).backward()
+    xs = x64.clone().requires_grad_(True)
+    distance_correlation(a * xs, b * f64, squared=squared).backward()
+    assert float((xs.grad - x.grad).norm()) <= 1e-6 * float(x.grad.norm())
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e-4, 1.0, 1e6])
+def test_constant_side_gives_zero_and_finite_zero_gradients(scale: float) -> None:
+    g = torch.Generator().manual_seed(7)
+    x = (scale * torch.randn(6, 3, generator=g, dtype=torch.float64)).requires_grad_(True)
+    f = torch.full((6, 2), scale, dtype=torch.float64, requires_grad=True)
+    for first, second in ((x, f), (f, x), (f, f * 2)):
+        c = distance_correlation(first, second)
+        assert float(c.detach()) == 0.0
+        (gx, gf) = torch.autograd.grad(c, (x, f), allow_unused=True, materialize_grads=True)
+        assert bool(torch.isfinite(gx).all()) and bool(torch.isfinite(gf).all())
+        assert float(gx.abs().sum()) == 0.0 and float(gf.abs().sum()) == 0.0
+
+
+def test_duplicate_rows_at_a_tiny_scale_keep_finite_gradients() -> None:
+    g = torch.Generator().manual_seed(8)
+    base = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    x = (1e-6 * torch.cat([base, base[:2]])).requires_grad_(True)  # rows 5, 6 duplicate rows 0, 1
+    f = torch.relu(base @ torch.randn(4, 3, generator=g, dtype=torch.float64))
+    c = distance_correlation(x, torch.cat([f, f[:2]]))
+    c.backward()
+    assert 0.0 < float(c.detach()) <= 1.0 and bool(torch.isfinite(x.grad).all())

@@ -17,6 +17,13 @@ Volumes are reoriented to RAS, intensities scaled to [0, 1] (0.5th-99.5th percen
 voxels). 2D samples are axial slices, zero-padded to square and resized to ``size`` (bilinear for
 images, nearest for labels); 3D samples are ``patch``^3 crops tiled over the brain's bounding box
 after downsampling by ``spacing`` (mean pooling for images, nearest for labels).
+
+``scanners=k`` (>= the number of volumes) makes k clients that image the volumes through simulated
+scanners (:mod:`fedaug.data.site_shift`): client j sees volume ``sites[j % len(sites)]`` recorded
+with its own acquisition profile (bias field, contrast/gamma, Rician noise level, resolution; drawn
+from ``scanner_seed`` and listed in ``info["scanners"]``), then scaled to [0, 1] like every site. The
+slices/patches of a volume are dealt between the scanners that image it, so no anatomy is shared
+between clients: a site shift of the kind scanners make, on top of the subject shift.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from fedaug.data.cache import load_or_build, package_versions
 from fedaug.data.checks import check_fraction, check_fractions, check_int, raise_problems
 from fedaug.data.partition import stratified_split
 from fedaug.data.registry import DATASETS
+from fedaug.data.site_shift import AcquisitionProfile, acquire, draw_profiles
 
 MRICRON = Path("/usr/share/mricron/templates")
 SITES = ("mni152", "colin27", "inia19")
@@ -156,8 +164,14 @@ def patches(t1: np.ndarray, labels: np.ndarray, patch: int, spacing: int, min_br
     return torch.stack(xs)[:, None].contiguous(), torch.stack(ys)
 
 
-def _site_record(site: str, dims: int, size: int, patch: int, spacing: int, min_brain: float) -> dict[str, Tensor]:
-    t1, labels = load_site(site)
+def _site_record(volume: tuple[np.ndarray, np.ndarray], dims: int, size: int, patch: int, spacing: int,
+                 min_brain: float, acquisition: tuple[AcquisitionProfile, int] | None = None) -> dict[str, Tensor]:
+    """One client's samples: a site's ``(t1, labels)`` (:func:`load_site`; ``t1`` through
+    ``acquisition = (profile, seed)`` if given, rescaled to [0, 1]) cut into slices or patches, with
+    their split block ids."""
+    t1, labels = volume
+    if acquisition is not None:
+        t1 = _scale(acquire(torch.from_numpy(t1), *acquisition).numpy())
     if dims == 2:
         x, y, z = axial_slices(t1, labels, size, min_brain)
         return {"x": x, "y": y, "block": z // BLOCK}
@@ -166,10 +180,17 @@ def _site_record(site: str, dims: int, size: int, patch: int, spacing: int, min_
 
 
 def _check(sites: Any, dims: Any, size: Any, patch: Any, spacing: Any, min_brain: Any, val_fraction: Any,
-           test_fraction: Any) -> None:
+           test_fraction: Any, scanners: Any, scanner_seed: Any) -> None:
     problems: list[str] = []
-    if not isinstance(sites, (list, tuple)) or not sites or any(s not in SITES for s in sites) or len(set(sites)) != len(sites):
+    sites_ok = (isinstance(sites, (list, tuple)) and bool(sites) and all(s in SITES for s in sites)
+                and len(set(sites)) == len(sites))
+    if not sites_ok:
         problems.append(f"sites must be a non-empty list of distinct names from {', '.join(SITES)}, got {sites!r}")
+    check_int(problems, "scanners", scanners, 0)
+    check_int(problems, "scanner_seed", scanner_seed, 0)
+    if sites_ok and isinstance(scanners, int) and 0 < scanners < len(sites):
+        problems.append(f"scanners must be 0 (off) or >= the {len(sites)} volumes of sites={list(sites)!r} (each "
+                        f"volume is imaged by at least one scanner), got {scanners}")
     if dims not in (2, 3):
         problems.append(f"dims must be 2 or 3, got {dims!r}")
     for name, v, lo in (("size", size, 8), ("patch", patch, 4), ("spacing", spacing, 1)):
@@ -179,7 +200,8 @@ def _check(sites: Any, dims: Any, size: Any, patch: Any, spacing: Any, min_brain
     raise_problems("brain_mri", problems)
 
 
-@DATASETS.register("brain_mri", "brain MRI sites (MNI152 nilearn, Colin27 mricron-data), bg/GM/WM; SMOKE TEST")
+@DATASETS.register("brain_mri", "brain MRI sites (MNI152 nilearn, Colin27 mricron-data), bg/GM/WM, optional "
+                                "simulated scanners; SMOKE TEST")
 def brain_mri(
     *,
     seed: int,
@@ -191,10 +213,13 @@ def brain_mri(
     min_brain: float = 0.05,
     val_fraction: float = 0.1,
     test_fraction: float = 0.2,
+    scanners: int = 0,
+    scanner_seed: int = 0,
 ) -> FederatedData:
-    """Segmentation clients, one per site: axial slices (``dims=2``) or 3D patches (``dims=3``).
+    """Segmentation clients, one per site (or per simulated scanner): axial slices (``dims=2``) or 3D
+    patches (``dims=3``).
 
-    Each site's samples are split into train/val/test at random (seeded) by blocks of
+    Each client's samples are split into train/val/test at random (seeded) by blocks of
     :data:`BLOCK` consecutive slices (2D) or by patch (3D; patches do not overlap).
 
     Args:
@@ -206,6 +231,11 @@ def brain_mri(
         spacing: 3D downsampling factor (1 mm voxels -> ``spacing`` mm).
         min_brain: smallest labelled share of a kept slice or crop.
         val_fraction, test_fraction: split shares.
+        scanners: 0 (default): one client per volume, as recorded; k >= ``len(sites)``: k clients
+            ``scanner<j>-<volume>``, volume ``sites[j % len(sites)]`` through simulated scanner j
+            (:func:`fedaug.data.site_shift.draw_profiles`), the volume's blocks dealt between them.
+        scanner_seed: seeds the scanners' profiles, bias fields and noise (not ``seed``, so that
+            the sites stay the same across a run's seeds).
 
     Returns:
         ``task="segmentation"``, 3 classes (0 bg, 1 GM, 2 WM); x ``(N, 1, size, size)`` or
@@ -215,27 +245,47 @@ def brain_mri(
         ConfigError: an option is out of range.
         DataError: a package or file is missing (the message gives the install command).
     """
-    _check(sites, dims, size, patch, spacing, min_brain, val_fraction, test_fraction)
+    _check(sites, dims, size, patch, spacing, min_brain, val_fraction, test_fraction, scanners, scanner_seed)
     fractions = (1 - val_fraction - test_fraction, val_fraction, test_fraction)
     versions = package_versions(["nilearn", "nibabel", "scikit-image", "numpy", "torch"])
+    profiles = draw_profiles(scanners, scanner_seed) if scanners else []
+    plan = ([(f"scanner{j}-{sites[j % len(sites)]}", sites[j % len(sites)], j) for j in range(scanners)] if scanners
+            else [(site, site, None) for site in sites])
+    volumes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each volume read once, when a client is not cached
+
+    def volume(site: str) -> tuple[np.ndarray, np.ndarray]:
+        if site not in volumes:
+            volumes[site] = load_site(site)
+        return volumes[site]
+
     clients = []
-    for site in sites:
+    for name, site, j in plan:
         geometry = {"size": size} if dims == 2 else {"patch": patch, "spacing": spacing}
         key = {"format": FORMAT_VERSION, "site": site, "dims": dims, **geometry, "min_brain": min_brain,
                "versions": versions}
-        rec = load_or_build(key, lambda s=site: _site_record(s, dims, size, patch, spacing, min_brain),
-                            f"brain_mri-{site}-{dims}d", ("x", "y", "block"))
+        acquisition = None
+        if j is not None:
+            acquisition = (profiles[j], derive_seed(scanner_seed, "brain_mri", "scanner", j))
+            key |= {"scanner": profiles[j].to_dict(), "scanner_seed": scanner_seed, "scanner_index": j}
+        rec = load_or_build(key, lambda s=site, a=acquisition: _site_record(volume(s), dims, size, patch, spacing,
+                                                                              min_brain, a),
+                            f"brain_mri-{name}-{dims}d", ("x", "y", "block"))
         blocks = rec["block"].numpy()
         ids = np.unique(blocks)
-        chosen = stratified_split(np.zeros(len(ids), np.int64), fractions, derive_seed(seed, "brain_mri", site))
+        if j is not None:  # the volume's blocks are dealt between the scanners that image it
+            sharing = list(range(j % len(sites), scanners, len(sites)))
+            order = np.random.default_rng(derive_seed(seed, "brain_mri", site, "scanners")).permutation(ids)
+            ids = np.sort(np.array_split(order, len(sharing))[sharing.index(j)])
+        chosen = stratified_split(np.zeros(len(ids), np.int64), fractions, derive_seed(seed, "brain_mri", name))
         splits = []
         for part in chosen:
             idx = torch.from_numpy(np.flatnonzero(np.isin(blocks, ids[part])))
             splits.append(Split(rec["x"][idx].float(), rec["y"][idx].long()))
-        clients.append(ClientData(site, site, *splits))
+        clients.append(ClientData(name, name, *splits))
     shape = (1, size, size) if dims == 2 else (1, patch, patch, patch)
     params = {"seed": seed, "sites": list(sites), "dims": dims, "size": size, "patch": patch, "spacing": spacing,
-              "min_brain": min_brain, "val_fraction": val_fraction, "test_fraction": test_fraction}
+              "min_brain": min_brain, "val_fraction": val_fraction, "test_fraction": test_fraction,
+              "scanners": scanners, "scanner_seed": scanner_seed}
     info = {
         "sources": {"mni152": "nilearn MNI152 2009 T1 + GM/WM/brain masks (real template)",
                     "colin27": "mricron-data ch2.nii.gz + ch2bet.nii.gz (real image; GM/WM derived by multi-Otsu)",
@@ -245,5 +295,7 @@ def brain_mri(
         "smoke_test": "one template brain per site: a smoke test of the segmentation path, not a benchmark",
         "classes": list(CLASSES),
         "params": params,
+        "scanners": [{"name": name, "volume": site, **profiles[j].to_dict()}
+                     for name, site, j in plan if j is not None],
     }
     return FederatedData("brain_mri", "segmentation", 3, shape, clients, info)

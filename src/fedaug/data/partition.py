@@ -61,7 +61,7 @@ def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.nd
 
 
 def dirichlet_partition(
-    labels: np.ndarray, num_clients: int, alpha: float, min_size: int, seed: int
+    labels: np.ndarray, num_clients: int, alpha: float, min_size: int, seed: int, *, balanced: bool = False
 ) -> list[np.ndarray]:
     """Label-skewed split: each class is divided between clients by proportions ~ Dir(alpha).
 
@@ -70,12 +70,23 @@ def dirichlet_partition(
     ``alpha`` approaches an IID split. The whole draw is repeated (from the same generator) until
     every client holds at least ``min_size`` samples.
 
+    ``balanced=True`` is the "balanced" Dirichlet of NIID-Bench (Li et al., arXiv:2102.02079) and
+    PFLlib: classes are dealt in ascending order, and a client that already holds ``>= N / K``
+    samples gets proportion 0 of the next classes (the others' proportions renormalised). Client
+    sizes stay near ``N / K`` and the classes dealt late fall to the few clients still below the
+    cap, which concentrates them: a stronger label skew than the plain draw at the same ``alpha``.
+    Invariant: a client's size before the last class it received was below ``N / K``, so every
+    client holds fewer than ``N / K + n_c`` samples, ``n_c`` the size of that last class (fewer
+    than ``N / K + max_c n_c``). Some client is always below the cap while a class remains (the
+    dealt samples number fewer than ``N``), so the renormalisation never divides by zero.
+
     Args:
         labels: ``(N,)`` integer labels.
         num_clients: number of parts, ``1 <= num_clients <= N``.
         alpha: Dirichlet concentration, > 0.
         min_size: smallest acceptable client, ``0 <= min_size <= N / num_clients``.
         seed: seeds every draw.
+        balanced: cap clients at ``N / num_clients`` as above (NIID-Bench / PFLlib).
 
     Returns:
         ``num_clients`` disjoint, shuffled ``(N_k,)`` int64 index arrays covering ``range(N)``.
@@ -95,6 +106,11 @@ def dirichlet_partition(
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         for idx in _class_groups(labels, rng):
             props = rng.dirichlet(np.full(num_clients, float(alpha)))
+            if balanced:
+                full = np.array([sum(len(c) for c in p) >= n / num_clients for p in parts])
+                while not props[~full].sum() > 0:  # tiny alpha: all the mass on full clients (underflow)
+                    props = rng.dirichlet(np.full(num_clients, float(alpha)))
+                props = np.where(full, 0.0, props) / props[~full].sum()
             cuts = np.round(np.cumsum(props)[:-1] * len(idx)).astype(np.int64)
             for k, chunk in enumerate(np.split(idx, cuts)):
                 parts[k].append(chunk)
@@ -102,9 +118,9 @@ def dirichlet_partition(
         if min(sizes) >= min_size:
             return [rng.permutation(np.concatenate(p)).astype(np.int64) for p in parts]
     raise ConfigError(
-        f"no Dirichlet(alpha={alpha}) split of {n} samples gave each of {num_clients} clients "
-        f">= {min_size} samples in {MAX_DIRICHLET_ATTEMPTS} draws; lower min_size or num_clients, "
-        "raise alpha, or use more samples"
+        f"no {'balanced ' if balanced else ''}Dirichlet(alpha={alpha}) split of {n} samples gave each of "
+        f"{num_clients} clients >= {min_size} samples in {MAX_DIRICHLET_ATTEMPTS} draws; lower min_size or "
+        "num_clients, raise alpha, or use more samples"
     )
 
 

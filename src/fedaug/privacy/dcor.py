@@ -13,23 +13,51 @@ minimises its square root (``squared=False``). Both are differentiable, so eithe
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
 
 
+def _power_of_two_scale(sq: Tensor) -> float:
+    """``2^-2k`` with ``2^k`` the power of two nearest the root-mean-square distance (from ``sq``).
+
+    Multiplying squared distances by a power of two is exact in floating point (no rounding, as
+    long as no value leaves the normal range), so distances standardised this way give bit for bit
+    the numbers of the unscaled ones, up to the ``eps`` floor, which now acts relative to the
+    batch's own scale.
+
+    Args:
+        sq: ``(n, n)`` squared Euclidean distances, not all zero (read without gradient).
+    """
+    _, exponent = math.frexp(float(sq.detach().mean()))  # mean = m 2^exponent, m in [0.5, 1)
+    return math.ldexp(1.0, -2 * (exponent // 2))
+
+
 def centred_distances(z: Tensor, eps: float = 1e-12) -> Tensor:
-    """Double-centred Euclidean distance matrix ``C E C`` of the rows of ``z`` (Appendix B).
+    """Double-centred Euclidean distance matrix ``C E C`` of the rows of ``z`` (Appendix B), in
+    units of a power of two near the batch's root-mean-square distance.
+
+    Distance correlation is invariant to the scale of each side, so the unit cancels in
+    :func:`distance_correlation`; it makes ``eps`` relative (a pair closer than ``sqrt(eps)`` times
+    the batch's typical distance counts as that) instead of an absolute floor that would swamp
+    every distance of a batch scaled below ``sqrt(eps)``.
 
     Args:
         z: ``(n, D)`` samples as rows.
-        eps: floor inside the square root, so that the gradient at a zero distance is finite.
+        eps: floor inside the square root, relative to the batch's mean squared distance, so that
+            the gradient at a zero distance is finite.
 
     Returns:
-        ``(n, n)``, rows and columns summing to zero; differentiable w.r.t. ``z``.
+        ``(n, n)``, rows and columns summing to zero; all zeros if the rows of ``z`` are identical;
+        differentiable w.r.t. ``z``.
     """
     sq = (z.unsqueeze(1) - z.unsqueeze(0)).pow(2).sum(-1)
+    if not bool((sq > 0).any()):  # a constant side: no distances, no unit (zero gradient, no NaN)
+        return sq * 0.0
+    sq = sq * _power_of_two_scale(sq)
     e = torch.sqrt(sq.clamp_min(eps)) * (1 - torch.eye(z.shape[0], dtype=z.dtype, device=z.device))
     return e - e.mean(0, keepdim=True) - e.mean(1, keepdim=True) + e.mean()
 
@@ -37,15 +65,20 @@ def centred_distances(z: Tensor, eps: float = 1e-12) -> Tensor:
 def distance_correlation(x: Tensor, f: Tensor, *, squared: bool = True, eps: float = 1e-12) -> Tensor:
     """The sample distance correlation of a batch of inputs and their features (Eq. 5 / Eq. 8).
 
+    Scale-invariant: ``dCor(a x, b f) = dCor(x, f)`` for any ``a, b > 0`` whose scaled squared
+    distances stay in the normal floating-point range (each side's distances are standardised by a
+    power of two, :func:`centred_distances`, so ``eps`` is relative to each side's own scale).
+
     Args:
         x: ``(n, *in_shape)`` raw inputs (flattened per sample), n >= 2.
         f: ``(n, *feature_shape)`` features of the same samples (flattened per sample).
         squared: ``True``: Eq. 8, ``nu2(x, f) / sqrt(nu2(x, x) nu2(f, f))``; ``False``: its square
             root, the usual dCor (what the authors' code minimises).
-        eps: floor inside square roots (distances and the normaliser).
+        eps: relative floor inside square roots (standardised distances and the normaliser).
 
     Returns:
-        A 0-d tensor in [0, 1] (0 if either side is constant); differentiable w.r.t. ``x`` and ``f``.
+        A 0-d tensor in [0, 1] (0, with zero gradient, if either side is constant); differentiable
+        w.r.t. ``x`` and ``f``.
 
     Raises:
         ConfigError: fewer than two samples, or ``x`` and ``f`` hold different numbers of samples.
@@ -53,6 +86,8 @@ def distance_correlation(x: Tensor, f: Tensor, *, squared: bool = True, eps: flo
     >>> x = torch.randn(16, 3, 4, 4)
     >>> round(float(distance_correlation(x, 2 * x.flatten(1) + 1)), 4)
     1.0
+    >>> float(distance_correlation(1e-6 * x, 1e6 * x.flatten(1))) == float(distance_correlation(x, x.flatten(1)))
+    True
     """
     if x.shape[0] != f.shape[0] or x.shape[0] < 2:
         raise ConfigError(f"distance_correlation needs the same number n >= 2 of samples in x and f, "
