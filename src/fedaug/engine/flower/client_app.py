@@ -113,7 +113,7 @@ def _load(name: str, seed: int, options_json: str) -> FederatedData:
 def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> Worker:
     cfg = parse_config(tomllib.loads(config_toml))
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    configure_process(cfg.threads)  # a ClientApp is a process entry point (docs/engine.md)
+    configure_process(cfg.threads, cfg.deterministic)  # a ClientApp is a process entry point (docs/engine.md)
     model = build_worker_model(cfg, recipe, input_shape, num_classes)
     return Worker(cfg, recipe, model, make_task(task, num_classes))
 

@@ -237,7 +237,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     settings = FlowerSettings.from_run_config(run_config)
     cfg = pin(settings.cfg)  # its run directory records the options that change the numbers
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    configure_process(cfg.threads)  # a ServerApp is a process entry point (docs/engine.md)
+    configure_process(cfg.threads, cfg.deterministic)  # a ServerApp is a process entry point (docs/engine.md)
     federation, nodes = discover(grid, settings.connect_timeout, max_num_train=cfg.trust.max_num_train)
     model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
     fleet = FlowerFleet(grid, nodes, settings.round_timeout)
