@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
@@ -58,10 +59,10 @@ def draw_pairs(num_pairs: int, batch_size: int, draw: str, generator: torch.Gene
     ``draw="batch"``: one mean row and one independent std row for the whole batch (public code).
     """
     if draw == "image":
-        idx = torch.randint(num_pairs, (batch_size,), generator=generator)
+        idx = torch.randint(num_pairs, (batch_size,), generator=generator, device=generator.device)
         return idx, idx
     if draw == "batch":
-        i, j = torch.randint(num_pairs, (2,), generator=generator)
+        i, j = torch.randint(num_pairs, (2,), generator=generator, device=generator.device)
         return i.expand(batch_size), j.expand(batch_size)
     raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {draw!r}")
 
@@ -151,7 +152,7 @@ class FedRDN(Component):
         return Batch(normalize_channels(batch.x, mean[i], std[j]), batch.y)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
-        empty = torch.zeros(0, self._channels)
+        empty = torch.zeros(0, self._channels, device=ctx.device)
         mean, std = self._upload or (empty, empty)
         g = ctx.rng("noise")
         mean = add_gaussian_noise(mean.clone(), self.share_noise, g, scale=self.share_noise_scale)
@@ -160,7 +161,9 @@ class FedRDN(Component):
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
-        return {"ids": torch.zeros(0, dtype=torch.int64), "mean": torch.zeros(0, 0), "std": torch.zeros(0, 0)}
+        device = module_device(model)
+        return {"ids": torch.zeros(0, dtype=torch.int64, device=device), "mean": torch.zeros(0, 0, device=device),
+                "std": torch.zeros(0, 0, device=device)}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return {k: server[k].clone() for k in ("ids", "mean", "std")}
@@ -181,5 +184,5 @@ class FedRDN(Component):
         if not rows:
             return server
         ids = sorted(rows)
-        return {"ids": torch.tensor(ids, dtype=torch.int64),
+        return {"ids": torch.tensor(ids, dtype=torch.int64, device=server["ids"].device),
                 "mean": torch.stack([rows[i][0] for i in ids]), "std": torch.stack([rows[i][1] for i in ids])}
