@@ -24,6 +24,7 @@ import torch
 
 from fedaug.config.load import load_config
 from fedaug.config.schema import validate
+from fedaug.core.runtime import deterministic_algorithms
 from fedaug.engine.simulate import build_simulation, resume_experiment, run_experiment
 from tests.conftest import tiny_raw
 
@@ -45,13 +46,16 @@ def raw_for(name: str, device: str, **top: Any) -> dict[str, Any]:
 
 
 def records(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    sim = build_simulation(validate(raw))
+    """Two rounds' records (times left out), under the config's deterministic setting as ``run`` applies it."""
+    cfg = validate(raw)
+    sim = build_simulation(cfg)
     out = []
-    for r in range(1, 3):
-        rec = sim.run_round(r)
-        rec["eval"] = sim.evaluate()
-        rec.pop("time")
-        out.append(json.loads(json.dumps(rec)))
+    with deterministic_algorithms(cfg.deterministic):
+        for r in range(1, 3):
+            rec = sim.run_round(r)
+            rec["eval"] = sim.evaluate()
+            rec.pop("time")
+            out.append(json.loads(json.dumps(rec)))
     return out
 
 
@@ -90,14 +94,23 @@ def test_vfda_3d_on_cuda_matches_cpu_in_distribution() -> None:
     assert_close(records(raw("cpu")), records(raw("cuda")), SAMPLE_RTOL, evaluation=False)
 
 
+#: a model without AdaptiveAvgPool2d, whose CUDA backward has no deterministic kernel (docs/engine.md)
+DETERMINISTIC_MODEL = {"name": "digit_model", "options": {"input_size": 8}}
+
+
 @pytest.mark.parametrize("name", ["fedavg", "fedfa", "flea"])
 def test_deterministic_cuda_runs_are_identical(name: str) -> None:
-    raw = raw_for(name, "cuda", deterministic=True)
+    raw = raw_for(name, "cuda", deterministic=True, model=DETERMINISTIC_MODEL)
     assert records(raw) == records(raw)
 
 
+def test_deterministic_cuda_names_an_operation_without_a_deterministic_kernel() -> None:
+    with pytest.raises(RuntimeError, match="adaptive_avg_pool2d"):  # small_cnn's global pooling
+        records(raw_for("fedavg", "cuda", deterministic=True))
+
+
 def test_resume_on_cuda_equals_an_uninterrupted_run(tmp_path) -> None:
-    raw = raw_for("scaffold", "cuda", deterministic=True)
+    raw = raw_for("scaffold", "cuda", deterministic=True, model=DETERMINISTIC_MODEL)
     raw.update(out_dir=str(tmp_path / "whole"), checkpoint_every=1)
     whole, _ = run_experiment(validate(raw), quiet=True)
     raw["out_dir"] = str(tmp_path / "cut")
