@@ -12,6 +12,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
 from fedaug.data.base import FederatedData
 from fedaug.methods.component import ClientCtx
+from fedaug.core.device import to_device
 from fedaug.models.split import extract_features
 from fedaug.privacy.dcor import distance_correlation
 
@@ -24,9 +25,9 @@ def global_model(sim: Any, client_id: int = 0) -> nn.Module:
         sim: a :class:`fedaug.engine.simulate.Simulation` (after some rounds, or restored).
         client_id: whose per-client state (e.g. local BatchNorm statistics) to use.
     """
-    ctx = ClientCtx(sim.model, client_id, sim.round, sim.cfg.seed, sim.data.clients[client_id].train,
-                    phase="evaluate", task=sim.task)
-    states = sim.client_states.get(client_id, {})
+    ctx = ClientCtx(sim.model, client_id, sim.round, sim.cfg.seed, sim.data.clients[client_id].train.to(sim.device),
+                    phase="evaluate", task=sim.task, device=sim.device)
+    states = to_device(sim.client_states.get(client_id, {}), sim.device)
     for c in sim.recipe.participants("evaluate"):
         c.receive(ctx.view(c.name), c.downlink(sim.server[c.name], client_id, "evaluate"), states.get(c.name, {}))
     return sim.model.eval()

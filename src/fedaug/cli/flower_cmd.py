@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     local.add_argument("--auth", action="store_true", help="SuperNode authentication (a key pair per SuperNode)")
     local.add_argument("--data-dir", action="append", default=[], metavar="DIR",
                        help="a SuperNode's local data directory (repeat once per SuperNode, in partition order)")
+    local.add_argument("--device", default="", metavar="DEVICE",
+                       help="every SuperNode's device (auto, cpu, cuda, cuda:N, mps; node config 'device'); "
+                            "default: the config's device")
     local.add_argument("--start", action="store_true", help="start the trial here, run it, stop every process")
     _settings(local)
     local.set_defaults(func=local_main)
@@ -101,7 +104,8 @@ def local_main(args: argparse.Namespace) -> int:
     cfg.out_dir = str(Path(cfg.out_dir).resolve())  # the SuperLink's server process writes the run here
     nodes = args.nodes or (len(args.data_dir) if args.data_dir else _num_clients(cfg))
     app = write_app(cfg, args.dir / "app", force=True, **_timeouts(args))
-    trial = LoopbackTrial(app, args.dir, nodes, tls=args.tls, auth=args.auth, data_dirs=args.data_dir)
+    trial = LoopbackTrial(app, args.dir, nodes, tls=args.tls, auth=args.auth, data_dirs=args.data_dir,
+                          device=args.device)
     if not args.start:
         trial.prepare()
         print(f"# Loopback trial in {trial.workdir}: run each line in its own terminal, in this order.")

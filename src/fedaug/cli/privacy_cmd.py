@@ -105,7 +105,7 @@ def _checkpoints(path: str) -> tuple[RunDir, dict[int, Path]]:
 def _simulation(path: str, round: int | None = None) -> tuple[Simulation, RunDir]:
     run_dir, found = _checkpoints(path)
     cfg = parse_config(read_toml(run_dir.path / CONFIG))
-    configure_process(cfg.threads)
+    configure_process(cfg.threads, cfg.deterministic)
     sim = build_simulation(cfg)
     sim.restore(load_tensors(found[round if round is not None else max(found)]))
     return sim, run_dir

@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
-    configure_process(parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG)).threads)
+    cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
+    configure_process(cfg.threads, cfg.deterministic)
     summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet)
     return finish(summary, run_dir, args.format)

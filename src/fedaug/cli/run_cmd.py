@@ -53,6 +53,6 @@ def main(args: argparse.Namespace) -> int:
         args.overrides.insert(0, args.source)
         args.source = None
     cfg, _ = load_config(args.source, args.overrides)
-    configure_process(cfg.threads)
+    configure_process(cfg.threads, cfg.deterministic)
     summary, run_dir = run_experiment(cfg, quiet=args.quiet)
     return finish(summary, run_dir, args.format)

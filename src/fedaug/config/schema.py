@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedaug.core.device import DEVICE_SYNTAX
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.typecheck import allowed, fits
 
@@ -34,6 +35,8 @@ def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | N
 class DataConfig:
     name: str = opt("digits4", "registered dataset (fedaug list datasets)")
     options: dict[str, Any] = opt({}, "the dataset's own options (fedaug list datasets)")
+    on_device: bool = opt(False, "keep every client's data on the device for the whole run (refused, with the "
+                                 "estimate, when it does not fit); else it moves there per round")
 
 
 @dataclass
@@ -133,6 +136,12 @@ class RunConfig:
     checkpoint_every: int = opt(5, "write a checkpoint every N rounds (and after the last)", lo=1)
     keep_checkpoints: int = opt(2, "how many most recent checkpoints to keep", lo=1)
     threads: int = opt(2, "torch intra-op threads", lo=1)
+    device: str = opt("auto", "where tensors live: auto (CUDA if available, else cpu), cpu, cuda, cuda:N, mps; "
+                              "resolved on the machine that runs (config.toml keeps it as written)")
+    precision: str = opt("32", "float32, or the forward pass and loss under autocast (bf16-mixed; 16-mixed "
+                               "adds a gradient scaler)", choices=("32", "bf16-mixed", "16-mixed"))
+    deterministic: bool = opt(False, "torch.use_deterministic_algorithms and deterministic cuDNN/cuBLAS "
+                                     "(slower on CUDA; docs/engine.md)")
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
@@ -238,6 +247,8 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fits(cfg.trust.max_abs_parts, dict[str, float]):  # else its type is reported already
         problems += [f"'trust.max_abs_parts.{part}' must be a finite number > 0, got {bound!r}"
                      for part, bound in cfg.trust.max_abs_parts.items() if bound <= 0]
+    if isinstance(cfg.device, str) and not DEVICE_SYNTAX.fullmatch(cfg.device):
+        problems.append(f"'device' must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
     fixed = sorted({"in_channels", "num_classes"} & set(cfg.model.options))
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "

@@ -3,6 +3,11 @@
 No fedaug code draws from global RNG state on purpose: every stream is a fresh
 :class:`torch.Generator` whose seed is a hash of the keys that identify the draw, so results do
 not depend on the order (or the process) in which clients run (DESIGN.md, invariant 1).
+
+A stream lives on the device it feeds (``generator(..., device=...)``; a CUDA generator draws
+only CUDA tensors): the same keys seed it everywhere, so draws are order-free on every device, but
+a CUDA generator's draws differ from a CPU generator's of the same seed. On the CPU nothing
+depends on ``device``: a run's numbers are those of a CPU-only fedaug.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ def derive_seed(seed: int, *keys: Key) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def generator(seed: int, *keys: Key) -> torch.Generator:
-    """A CPU :class:`torch.Generator` seeded with :func:`derive_seed` of the keys."""
-    g = torch.Generator()
+def generator(seed: int, *keys: Key, device: torch.device | str = "cpu") -> torch.Generator:
+    """A :class:`torch.Generator` on ``device`` seeded with :func:`derive_seed` of the keys.
+
+    Draw from it with ``device=g.device`` (``torch.randperm(n, generator=g, device=g.device)``)."""
+    g = torch.Generator(device=device)
     g.manual_seed(derive_seed(seed, *keys))
     return g
 

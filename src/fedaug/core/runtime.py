@@ -1,4 +1,5 @@
-"""Process-wide settings for training: torch's thread count, and keeping freed memory (glibc).
+"""Process-wide settings for training: torch's thread count, keeping freed memory (glibc), and
+deterministic algorithms.
 
 Library calls (:func:`~fedaug.engine.simulate.run_experiment`,
 :func:`~fedaug.engine.simulate.build_simulation`, ...) never change process-wide state. A process
@@ -17,6 +18,10 @@ stop adapting the other, and the faults go up.
 The cost is that a process keeps its peak heap (freed memory is reused, not returned) and blocks
 above 32 MiB (the largest threshold glibc accepts on 64-bit) are still mapped per allocation.
 Set ``FEDAUG_MALLOC=default`` to leave glibc's defaults alone.
+
+A run with ``deterministic = true`` runs inside :func:`deterministic_algorithms` (the engine enters
+it; nothing changes without it), and an entry point sets ``CUBLAS_WORKSPACE_CONFIG`` before CUDA
+starts (:func:`configure_process`), which deterministic cuBLAS needs.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024
 #: free heap top kept before glibc returns memory to the system.
 TRIM_THRESHOLD = 1024 * 1024 * 1024
+
+#: cuBLAS's workspace setting for deterministic results (CUDA >= 10.2; read when CUDA starts)
+CUBLAS_WORKSPACE = ":4096:8"
 
 _applied: bool | None = None
 
@@ -61,13 +69,15 @@ def retain_freed_memory() -> bool:
     return _applied
 
 
-def configure_process(threads: int | None = None) -> None:
-    """Apply fedaug's process-wide settings for training: torch's intra-op thread count and
-    :func:`retain_freed_memory`. For process entry points (see the module docstring).
+def configure_process(threads: int | None = None, deterministic: bool = False) -> None:
+    """Apply fedaug's process-wide settings for training: torch's intra-op thread count,
+    :func:`retain_freed_memory` and, for a deterministic run, ``CUBLAS_WORKSPACE_CONFIG`` (unless
+    already set). For process entry points (see the module docstring), before CUDA starts.
 
     Args:
         threads: ``torch.set_num_threads(threads)`` (a run's ``cfg.threads``); ``None`` leaves
             the thread count alone.
+        deterministic: a run's ``cfg.deterministic``.
 
     Raises:
         ConfigError: ``threads`` is below 1.
@@ -82,7 +92,34 @@ def configure_process(threads: int | None = None) -> None:
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     retain_freed_memory()
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """Run a block with torch's deterministic algorithms (``enabled``), then restore the settings.
+
+    On: ``torch.use_deterministic_algorithms(True)`` (an operation without a deterministic kernel
+    raises, naming itself), cuDNN's benchmark off and its deterministic mode on, and
+    ``CUBLAS_WORKSPACE_CONFIG`` set if unset (effective only if CUDA has not started yet: an entry
+    point sets it earlier, :func:`configure_process`). Off: nothing is touched, so the CPU
+    defaults stay as they are. docs/engine.md ("Devices and precision") lists the costs.
+    """
+    if not enabled:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]
 
 
 @contextlib.contextmanager

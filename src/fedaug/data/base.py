@@ -34,6 +34,21 @@ class Split:
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of ``x`` and ``y``."""
+        return sum(t.numel() * t.element_size() for t in (self.x, self.y))
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Split":
+        """This split on ``device`` (itself when already there: no copy)."""
+        if self.x.device == device and self.y.device == device:
+            return self
+        return Split(self.x.to(device, non_blocking=non_blocking), self.y.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Split":
+        """A copy in page-locked host memory, from which copies to a CUDA device can run asynchronously."""
+        return Split(self.x.pin_memory(), self.y.pin_memory())
+
     @staticmethod
     def empty_like(other: "Split") -> "Split":
         """A zero-sample split with ``other``'s trailing shapes and dtypes."""
@@ -56,6 +71,19 @@ class ClientData:
     train: Split
     val: Split
     test: Split
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every split."""
+        return self.train.nbytes + self.val.nbytes + self.test.nbytes
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "ClientData":
+        """This client with every split on ``device`` (:meth:`Split.to`)."""
+        return replace(self, **{s: getattr(self, s).to(device, non_blocking) for s in ("train", "val", "test")})
+
+    def pin_memory(self) -> "ClientData":
+        """This client with every split in page-locked host memory (:meth:`Split.pin_memory`)."""
+        return replace(self, **{s: getattr(self, s).pin_memory() for s in ("train", "val", "test")})
 
 
 def label_problems(client: ClientData, num_classes: int) -> list[str]:

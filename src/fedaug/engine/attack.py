@@ -22,6 +22,11 @@ computed itself):
   (population) std;
 - ``label_flip``: the client trains on ``K - 1 - y`` (classification only).
 
+``sign_flip``, ``scale`` and ``gaussian`` leave the worker model's buffers (BatchNorm running
+statistics and counters) as the client trained them: a poisoned running variance can turn negative,
+which the trust boundary refuses, so an attacker that wants its update accepted poisons the
+parameters only and the server rule has to cope with it.
+
 Randomness comes from the client's own stream (seed, "attack", round, client id, phase, part), so
 runs are deterministic and do not depend on the order in which clients run (DESIGN.md invariant 1).
 """
@@ -49,6 +54,8 @@ from fedaug.metrics.tasks import Task
 UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf")
 #: kinds that change every other component's part by default: what augmentations share
 SHARED_KINDS = ("stats", "features")
+#: update kinds that keep an attacked upload valid: they leave the model's buffers as trained (:class:`Attack`)
+STEALTHY = ("sign_flip", "scale", "gaussian")
 #: ``attack.scale`` where it is not set, by kind
 DEFAULT_SCALE = {"scale": 10.0, "stats": 1e4, "features": 1.0}
 #: ``attack.std`` where it is not set
@@ -161,12 +168,14 @@ def poison_tensor(kind: str, key: str, t: Tensor, received: Tensor | None, g: to
     raise ValueError(f"unknown attack kind '{kind}'")
 
 
-def poison_part(kind: str, part: Part, received: Part, g: torch.Generator, *, scale: float, std: float) -> Part:
+def poison_part(kind: str, part: Part, received: Part, g: torch.Generator, *, scale: float, std: float,
+                keep: frozenset[str] = frozenset()) -> Part:
     """``part`` with every non-empty floating tensor through :func:`poison_tensor`; ``received`` is the
-    part the client received for the same component (its tensors of equal shape are ``w_g``)."""
+    part the client received for the same component (its tensors of equal shape are ``w_g``). The
+    update kinds (:data:`UPDATE_KINDS` but NaN/Inf) leave the entries named in ``keep`` as trained."""
     out = {}
     for key, t in part.items():
-        if not t.is_floating_point() or t.numel() == 0:
+        if not t.is_floating_point() or t.numel() == 0 or (key in keep and kind in STEALTHY):
             out[key] = t
             continue
         ref = received.get(key)
@@ -183,6 +192,10 @@ class Attack:
         recipe: the method (the server rule's name and the component names).
         task: the task (label flips need its class count).
         num_clients: the federation's size (attackers chosen by fraction depend on it).
+        buffers: the worker model's buffer names (``model.named_buffers()``: BatchNorm running
+            statistics and counters), which sign_flip, scale and gaussian send as trained: a
+            negative running variance would be refused at the trust boundary, so an attacker that
+            wants its update accepted keeps them valid and poisons the parameters only.
 
     Raises:
         ConfigError: see :func:`check_attack`.
@@ -196,8 +209,9 @@ class Attack:
     (('fedavg',), False, True, False)
     """
 
-    def __init__(self, cfg: RunConfig, recipe: Recipe, task: Task, num_clients: int) -> None:
-        self.cfg, self.seed, self.num_classes = cfg.attack, cfg.seed, task.num_classes
+    def __init__(self, cfg: RunConfig, recipe: Recipe, task: Task, num_clients: int,
+                 buffers: frozenset[str] = frozenset()) -> None:
+        self.cfg, self.seed, self.num_classes, self.buffers = cfg.attack, cfg.seed, task.num_classes, buffers
         self.clients = frozenset(check_attack(cfg, recipe, num_clients, task.name))
         self.parts: Sequence[str] = attacked_parts(cfg.attack, recipe)
         self.scale = cfg.attack.scale if cfg.attack.scale is not None else DEFAULT_SCALE.get(cfg.attack.kind, 1.0)
@@ -228,5 +242,5 @@ class Attack:
             if message.get(name):
                 g = generator(self.seed, "attack", r, client_id, phase, name)
                 message[name] = poison_part(self.cfg.kind, message[name], received.get(name, {}), g,
-                                            scale=self.scale, std=self.std)
+                                            scale=self.scale, std=self.std, keep=self.buffers)
         return Reply(message, reply.metrics, reply.state)

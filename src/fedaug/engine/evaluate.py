@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from fedaug.core.device import autocast
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Message, Part, Spec, TensorSpec
 from fedaug.data.base import ClientData
@@ -25,7 +26,7 @@ SPLITS = ("val", "test")
 
 @torch.no_grad()
 def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message: Message,
-                    state: Mapping[str, State], batch_size: int) -> Reply:
+                    state: Mapping[str, State], batch_size: int, precision: str = "32") -> Reply:
     """Evaluate the global model on one client's ``val`` and ``test`` splits.
 
     The components that take part in ``"evaluate"`` receive their parts and the client's
@@ -36,10 +37,12 @@ def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message:
     Args:
         recipe: the method.
         ctx: the client's context, phase ``"evaluate"``.
-        client: the client's data.
-        message: ``{component name: part}`` of the evaluation, already validated.
+        client: the client's data, on ``ctx.device``.
+        message: ``{component name: part}`` of the evaluation, already validated, on ``ctx.device``.
         state: the client's per-client state (read only).
         batch_size: evaluation batch size.
+        precision: the forward pass runs under its autocast (:func:`fedaug.core.device.autocast`);
+            the meters see float32 logits.
 
     Returns:
         The meters of both splits as one part (:func:`meters_part`), under :data:`METERS`.
@@ -56,7 +59,9 @@ def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message:
         for i in range(0, len(part), batch_size):
             batch = transform_inputs(recipe.per_batch["transform_batch"], views,
                                      Batch(part.x[i : i + batch_size], part.y[i : i + batch_size]))
-            meter.update(model(batch.x), batch.y)
+            with autocast(ctx.device, precision):
+                out = model(batch.x)
+            meter.update(out.float(), batch.y)
         meters[split] = meter
     return Reply({METERS: meters_part(meters)})
 

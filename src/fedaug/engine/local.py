@@ -1,4 +1,11 @@
-"""The one local training loop: every component's client hooks around plain mini-batch SGD/Adam."""
+"""The one local training loop: every component's client hooks around plain mini-batch SGD/Adam.
+
+It runs on ``ctx.device``; with a mixed ``precision`` the forward pass and the loss run under
+:func:`torch.autocast` (:func:`fedaug.core.device.autocast`) and backward outside it; with
+``"16-mixed"`` the loss is scaled (:class:`torch.amp.GradScaler`), the gradients are unscaled before
+any component's ``before_step`` (SCAFFOLD's correction sees true gradients) and the scaler steps
+(skipping a step whose gradients overflowed).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaug.config.schema import TrainConfig
+from fedaug.core.device import autocast, grad_scaler
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
@@ -56,22 +64,26 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
     want = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
     out: list[Tensor] = []
     while len(out) < want:
-        perm = torch.randperm(n, generator=g)
+        perm = torch.randperm(n, generator=g, device=g.device)
         out.extend(perm[i * bs : (i + 1) * bs] for i in range(per_epoch))
     return out[:want]
 
 
 def train_client(
     recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
+    precision: str = "32",
 ) -> Reply:
-    """Run one client's training phase on the worker model ``ctx.model``.
+    """Run one client's training phase on the worker model ``ctx.model``, on ``ctx.device``.
 
     Args:
         recipe: the method.
         ctx: the client's context (the engine's own view, phase ``"train"``); each component gets its own view.
-        downlink: ``{component name: part}``, already validated.
-        state: the client's per-client state ``{component name: state}``.
+        downlink: ``{component name: part}``, already validated, on ``ctx.device``.
+        state: the client's per-client state ``{component name: state}``, on ``ctx.device``.
         cfg: local training options.
+        precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (:mod:`fedaug.core.device`); with
+            ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.worker.Worker`
+            refuses it).
 
     Returns:
         The uplink message, the training metrics and the client's new per-client state.
@@ -87,18 +99,24 @@ def train_client(
         optimizer = make_optimizer(model, cfg, ctx.lr)
         forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
         transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
+        scaler = grad_scaler(ctx.device, precision)
         sums: dict[str, Tensor] = {}
         first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
 
         def closure() -> Tensor:
             optimizer.zero_grad(set_to_none=True)
-            out, target = forwarder.forward(views[forwarder.name], batch)
-            terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
-            for c in extras:
-                for k, v in c.loss_terms(views[c.name], target, out).items():
-                    terms[f"{c.name}/{k}"] = v
-            total = sum(terms.values()) if len(terms) > 1 else terms["task"]
-            total.backward()
+            with autocast(ctx.device, precision):
+                out, target = forwarder.forward(views[forwarder.name], batch)
+                terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
+                for c in extras:
+                    for k, v in c.loss_terms(views[c.name], target, out).items():
+                        terms[f"{c.name}/{k}"] = v
+                total = sum(terms.values()) if len(terms) > 1 else terms["task"]
+            if scaler is None:
+                total.backward()
+            else:
+                scaler.scale(total).backward()
+                scaler.unscale_(optimizer)
             for c in adjusters:
                 c.before_step(views[c.name], optimizer)
             if first_call[0]:
@@ -107,11 +125,19 @@ def train_client(
                 first_call[0] = False
             return total.detach()
 
-        total_sum = torch.zeros(())
+        def step() -> Tensor:
+            if scaler is None:
+                return stepper.step(views[stepper.name], optimizer, closure)
+            loss = closure()  # the default step, with the scaler's (no component replaces it)
+            scaler.step(optimizer)
+            scaler.update()
+            return loss
+
+        total_sum = torch.zeros((), device=ctx.device)
         for idx in steps:
             batch = transform_inputs(transforms, views, Batch(data.x[idx], data.y[idx]))
             first_call[0] = True
-            total_sum += stepper.step(views[stepper.name], optimizer, closure)
+            total_sum += step()
         uplink, new_state = {}, {}
         for c in recipe.participants("train"):
             part, st = c.reply(views[c.name])

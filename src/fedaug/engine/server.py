@@ -24,8 +24,10 @@ from torch import nn
 
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
+from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.core.rng import generator
+from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
 from fedaug.engine.attack import check_attack
 from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
@@ -118,6 +120,10 @@ class Server:
         federation: the clients as the server knows them.
         fleet: reaches the clients.
 
+    The server's state lives on ``model``'s device (:attr:`device`), where the fleet delivers the
+    replies; checkpoints hold it on the CPU and :meth:`restore` moves it back, so a checkpoint
+    loads on any device.
+
     Raises:
         ConfigError: the config cannot run on these clients (:meth:`Federation.check`,
             :func:`~fedaug.engine.attack.check_attack`).
@@ -129,6 +135,7 @@ class Server:
         #: the clients that attack (they do it themselves; the server only records it)
         self.attackers = check_attack(cfg, recipe, federation.num_clients, federation.task)
         self.cfg, self.recipe, self.model, self.federation, self.fleet = cfg, recipe, model, federation, fleet
+        self.device = module_device(model)
         self.task = make_task(federation.task, federation.num_classes)
         self.server: dict[str, State] = {c.name: c.init_server(model, federation.num_clients)
                                          for c in recipe.components}
@@ -162,7 +169,7 @@ class Server:
         new = dict(self.server)
         for c in self.recipe.participants(phase):
             if phase == "train" or c.uplink_spec(self.server[c.name], phase):
-                extra = ({"rng": generator(self.cfg.seed, "server", r, c.name, phase)}
+                extra = ({"rng": generator(self.cfg.seed, "server", r, c.name, phase, device=self.device)}
                          if "rng" in inspect.signature(c.aggregate).parameters else {})
                 try:
                     new[c.name] = c.aggregate(
@@ -268,9 +275,9 @@ class Server:
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: plain dicts of tensors and scalars."""
+        """Everything needed to continue exactly: plain dicts of tensors and scalars, on the CPU."""
         return {"format": CHECKPOINT_FORMAT, "round": self.round, "config": self.cfg.to_dict(),
-                "server": self.server, "clients": self.fleet.checkpoint(),
+                "server": to_device(self.server, CPU), "clients": to_device(self.fleet.checkpoint(), CPU),
                 "best": self.best, "last_eval": self.last_eval, "comm_total": self.comm_total}
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -290,14 +297,25 @@ class Server:
                 f"the checkpoint's server state {({n: sorted(st) for n, st in saved.items()})} does not match this "
                 f"fedaug's method {layout}: it was written by an older fedaug (before server rules and objectives "
                 "became two axes); rerun the experiment, which gives the same numbers")
-        self.round, self.server = payload["round"], saved
-        self.fleet.restore(payload["clients"])
+        self.round, self.server = payload["round"], to_device(saved, self.device)
+        self.fleet.restore(payload["clients"])  # moved to the worker's device when a client runs
         self.best, self.last_eval = payload["best"], payload["last_eval"]
         self.comm_total = payload["comm_total"]
 
     # --- the whole run ------------------------------------------------------------------------
     def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
-        """Run the remaining rounds; write records to ``run_dir`` if given; return the summary."""
+        """Run the remaining rounds (with deterministic algorithms where ``cfg.deterministic`` asks,
+        :func:`~fedaug.core.runtime.deterministic_algorithms`); write records to ``run_dir`` if
+        given; return the summary."""
+        with deterministic_algorithms(self.cfg.deterministic):
+            self._run_rounds(run_dir, progress)
+        summary = self.summary(run_dir.path if run_dir is not None else None)
+        if run_dir is not None:
+            run_dir.write_summary(summary)
+        return summary
+
+    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None) -> None:
+        """Each remaining round: train, evaluate when due, record, checkpoint when due."""
         cfg = self.cfg
         total = cfg.train.rounds
         for r in range(self.round + 1, total + 1):
@@ -313,10 +331,6 @@ class Server:
                     run_dir.save_checkpoint(r, self.checkpoint(), cfg.keep_checkpoints)
             if progress is not None:
                 progress.update(r, self._progress_metric(record))
-        summary = self.summary(run_dir.path if run_dir is not None else None)
-        if run_dir is not None:
-            run_dir.write_summary(summary)
-        return summary
 
     def _progress_metric(self, record: dict[str, Any]) -> str:
         text = f"train loss {record['train']['loss']:.4f}"
@@ -327,11 +341,13 @@ class Server:
         return text
 
     def summary(self, run_dir: Path | None) -> dict[str, Any]:
-        """Final and best evaluation, communication totals (bytes) and the run directory."""
+        """Final and best evaluation, communication totals (bytes), the run directory and where the
+        server ran (:func:`~fedaug.core.device.environment`)."""
         return {
             "name": self.cfg.name, "rounds": self.round, "metric": self.task.metric,
             "clients": list(self.federation.names),
             "final": self.last_eval, "best": self.best, "comm_total": self.comm_total,
             "run_dir": str(run_dir) if run_dir is not None else None,
             "data_info": self.federation.info,
+            "environment": environment(self.device, self.cfg.precision, self.cfg.deterministic),
         }

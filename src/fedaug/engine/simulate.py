@@ -18,6 +18,7 @@ from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
+from fedaug.core.device import check_fits, resolve_device
 from fedaug.core.payload import Message, state_nbytes
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
@@ -42,10 +43,27 @@ class InProcessFleet:
         data: the federated dataset.
         execution_order: permutes the client ids of a phase before running them (tests use it to
             show that the order does not matter); default: ascending ids.
+        on_device: keep every client's data on the worker's device for the whole run
+            (``data.on_device``); else it stays on the host (in pinned memory for a CUDA worker)
+            and the worker copies a client's splits to the device when it runs it. On the CPU
+            both are the same.
+
+    Raises:
+        ConfigError: ``on_device`` and the data's bytes exceed the device's free memory
+            (:func:`~fedaug.core.device.check_fits`, naming the estimate).
     """
 
-    def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None) -> None:
+    def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
+                 on_device: bool = False) -> None:
         self.worker, self.data = worker, data
+        device = worker.device
+        if on_device:
+            check_fits(sum(c.nbytes for c in data.clients), device, "data.on_device=true (every client's splits)")
+            self.clients = [c.to(device) for c in data.clients]
+        elif device.type == "cuda":
+            self.clients = [c.pin_memory() for c in data.clients]
+        else:
+            self.clients = list(data.clients)
         self.order = execution_order or (lambda ids: ids)
         self.client_states: dict[int, dict[str, State]] = {}
 
@@ -53,7 +71,7 @@ class InProcessFleet:
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
         ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
         for cid in ids:
-            reply = self.worker.run(phase, cid, r, lr, self.data.clients[cid], message(cid),
+            reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
                                     self.client_states.get(cid, {}))
             if phase == "train":  # the client keeps its new state, whatever the server makes of its upload
                 if reply.state:
@@ -73,7 +91,8 @@ class InProcessFleet:
 
 
 class Simulation(Server):
-    """Runs a configured experiment round by round in this process.
+    """Runs a configured experiment round by round in this process, on ``cfg.device`` (resolved
+    here: :func:`~fedaug.core.device.resolve_device`).
 
     Args:
         cfg: the validated run configuration.
@@ -87,9 +106,11 @@ class Simulation(Server):
                  execution_order: Order | None = None) -> None:
         federation = Federation.of(data)
         federation.check(cfg)
-        model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes)
+        device = resolve_device(cfg.device)
+        model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
         worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes), data.num_clients)
-        super().__init__(cfg, recipe, model, federation, InProcessFleet(worker, data, execution_order))
+        super().__init__(cfg, recipe, model, federation,
+                         InProcessFleet(worker, data, execution_order, on_device=cfg.data.on_device))
         self.data = data
 
     @property
@@ -99,9 +120,14 @@ class Simulation(Server):
 
 
 def build_simulation(cfg: RunConfig, execution_order: Order | None = None) -> Simulation:
-    """Validate the method, load the data and build a :class:`Simulation` (no files written, no
-    process-wide setting changed: ``cfg.threads`` is applied by
-    :func:`~fedaug.core.runtime.configure_process`, which the caller may run first)."""
+    """Validate the method and the device, load the data and build a :class:`Simulation` (no files
+    written, no process-wide setting changed: ``cfg.threads`` is applied by
+    :func:`~fedaug.core.runtime.configure_process`, which the caller may run first).
+
+    Raises:
+        ConfigError: among others, a ``device`` this machine does not have (before the data loads).
+    """
+    resolve_device(cfg.device)
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     return Simulation(cfg, data, recipe, execution_order)

@@ -10,10 +10,14 @@ caller passes the client's state in and stores what comes back (invariant 2).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
+import torch
 from torch import nn
 
 from fedaug.config.schema import RunConfig
+from fedaug.core.device import CPU, check_precision, module_device, to_device
+from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message, validate_part
 from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import ClientData
@@ -24,25 +28,29 @@ from fedaug.engine.local import train_client
 from fedaug.engine.query import answer_query
 from fedaug.layers.attach import check_chains
 from fedaug.methods.component import PHASES, ClientCtx, Phase, State
-from fedaug.methods.recipe import Recipe
+from fedaug.methods.recipe import Recipe, overrides
 from fedaug.metrics.tasks import Task
 from fedaug.models.registry import build_model
 
 
-def build_worker_model(cfg: RunConfig, recipe: Recipe, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The run's model, initialised from (seed, "init") and set up by every component, in recipe order.
+def build_worker_model(cfg: RunConfig, recipe: Recipe, input_shape: tuple[int, ...], num_classes: int,
+                       device: torch.device = CPU) -> nn.Module:
+    """The run's model, initialised from (seed, "init") on the CPU, moved to ``device`` and set up
+    there by every component, in recipe order.
 
     The server and every worker build it the same way, so the server's initial state and the
-    clients' specs agree wherever they run.
+    clients' specs agree wherever they run (the initial weights are the CPU's on every device).
 
     Args:
         input_shape: ``(C, *spatial)`` of one sample.
+        device: where the model lives (a resolved device, :func:`~fedaug.core.device.resolve_device`).
 
     Raises:
         ConfigError: attached layers that cannot compose (:func:`~fedaug.layers.attach.check_chains`).
     """
     with scoped_global_seed(cfg.seed, "init"):
         model = build_model(cfg.model.name, input_shape[0], num_classes, **cfg.model.options)
+    model.to(device)
     for c in recipe.components:
         c.setup(model, tuple(input_shape))
     check_chains(model)
@@ -50,19 +58,34 @@ def build_worker_model(cfg: RunConfig, recipe: Recipe, input_shape: tuple[int, .
 
 
 class Worker:
-    """One worker model and the client side of every phase of a method.
+    """One worker model and the client side of every phase of a method, on the model's device.
+
+    What a call receives (the message, the client's state and data) is moved to that device first
+    (a no-op for what is there already: in-process, everything); the client's data with
+    non-blocking copies, from pinned memory where the caller pinned it (CUDA).
 
     Args:
-        cfg: the run configuration (seed, local training and evaluation options).
+        cfg: the run configuration (seed, precision, local training and evaluation options).
         recipe: the method, as the clients run it.
         model: a model from :func:`build_worker_model`; its weights are overwritten by every call.
         task: the task's loss and metric.
         num_clients: the federation's size (which clients ``[attack]`` names depends on it).
+
+    Raises:
+        ConfigError: ``cfg.precision`` that the model's device cannot autocast, or ``"16-mixed"``
+            with a component that replaces the optimiser step (its own steps, e.g. SAM's two
+            closure calls, cannot take the gradient scaler's).
     """
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task, num_clients: int) -> None:
         self.cfg, self.recipe, self.model, self.task = cfg, recipe, model, task
-        self.attack = Attack(cfg, recipe, task, num_clients)
+        self.attack = Attack(cfg, recipe, task, num_clients, frozenset(n for n, _ in model.named_buffers()))
+        self.device = module_device(model)
+        check_precision(self.device, cfg.precision)
+        stepper = recipe.replacer["step"]
+        if cfg.precision == "16-mixed" and overrides(stepper, "step"):
+            raise ConfigError(f"precision='16-mixed' cannot scale the gradients of '{stepper.name}', which replaces "
+                              "the optimiser step; use precision='bf16-mixed' (no gradient scaler) or '32'")
         self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
                            for phase in PHASES}
 
@@ -80,12 +103,16 @@ class Worker:
         where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
         for name, spec in self.down_specs[phase].items():
             validate_part(message.get(name), spec, f"round {r}: {where} to client {client_id}, part '{name}'")
+        dev, non_blocking = self.device, self.device.type == "cuda"
+        message, state = to_device(message, dev), to_device(dict(state), dev)
+        client = client.to(dev, non_blocking) if phase == "evaluate" else replace(client, train=client.train.to(dev, non_blocking))
         data = self.attack.training_split(phase, client_id, r, client.train)
-        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task)
+        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task,
+                        device=dev)
         if phase == "train":
-            reply = train_client(self.recipe, ctx, message, dict(state), self.cfg.train)
+            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision)
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:
-            return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size)
+            return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size, self.cfg.precision)
         return self.attack.reply(phase, client_id, r, message, reply)

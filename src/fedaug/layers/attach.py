@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import AttachError, ConfigError, suggest
 
 _MAX_LISTED = 40
@@ -39,8 +40,11 @@ class _AttachedLayer:
         ref = next(iter(self.layer.parameters()), None)
         if ref is None:
             ref = next(iter(self.layer.buffers()), None)
-        if ref is not None and (ref.device != output.device or (ref.is_floating_point() and ref.dtype != output.dtype)):
-            self.layer.to(device=output.device, dtype=output.dtype)
+        # under autocast the output's dtype is the autocast one: the layer keeps its float32 state
+        cast = ref is not None and ref.is_floating_point() and ref.dtype != output.dtype and not (
+            torch.is_autocast_enabled(output.device.type))
+        if ref is not None and (ref.device != output.device or cast):
+            self.layer.to(device=output.device, dtype=output.dtype if cast else None)
         return self.layer(output)
 
 
@@ -87,9 +91,10 @@ def attach(model: nn.Module, layers: Mapping[str, nn.Module], *, owner: str = ""
     """Insert each layer after the named module of ``model``, using forward hooks.
 
     The module's output ``(B, C, *spatial)`` is replaced by ``layer(output)``; a module that already
-    has layers gets this one at the end of its chain. Before each call the
-    layer is put in the host's mode (``layer.train(model.training)``, since ``model.eval()`` does
-    not reach non-children) and moved to the output's device and floating dtype if needed.
+    has layers gets this one at the end of its chain. Each layer is moved to the model's device
+    here; before each call it is put in the host's mode (``layer.train(model.training)``, since
+    ``model.eval()`` does not reach non-children) and moved to the output's device and floating
+    dtype if needed (not to an autocast dtype: under :func:`torch.autocast` it keeps its own).
     ``model.state_dict()`` and ``model.parameters()`` are unchanged.
 
     Args:
@@ -123,7 +128,9 @@ def attach(model: nn.Module, layers: Mapping[str, nn.Module], *, owner: str = ""
             f"cannot attach to {type(model).__name__}: no module named {', '.join(problems)}; "
             f"{_names_hint(model, list(modules))}. Fix: use names from dict(model.named_modules())"
         )
-    handles = [modules[n].register_forward_hook(_AttachedLayer(model, layer, owner)) for n, layer in layers.items()]
+    device = module_device(model)
+    handles = [modules[n].register_forward_hook(_AttachedLayer(model, layer.to(device), owner))
+               for n, layer in layers.items()]
     return AttachHandle(dict(layers), handles)
 
 
@@ -213,7 +220,7 @@ def output_shape(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, .
     """The shape of ``model``'s output for one sample of ``input_shape`` (from a :func:`dry_run` on
     zeros): ``(num_classes,)`` for a classifier, ``(num_classes, *spatial)`` for a segmenter."""
     with dry_run(model):
-        return tuple(model(torch.zeros(2, *input_shape)).shape[1:])
+        return tuple(model(torch.zeros(2, *input_shape, device=module_device(model))).shape[1:])
 
 
 def attach_default(

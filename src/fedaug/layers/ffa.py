@@ -136,8 +136,14 @@ class FFALayer(nn.Module):
                             from_first_batch: bool = False) -> None:
         """Set the running statistics: to ``mean, std`` ``(C,)`` if given, else to 0 and 1 (Alg. 1
         line 3); with ``from_first_batch`` the next update copies the batch's means instead."""
-        self.running_mean.copy_(torch.zeros(self.num_channels) if mean is None else mean)
-        self.running_std.copy_(torch.ones(self.num_channels) if std is None else std)
+        if mean is None:
+            self.running_mean.zero_()
+        else:
+            self.running_mean.copy_(mean)
+        if std is None:
+            self.running_std.fill_(1.0)
+        else:
+            self.running_std.copy_(std)
         self._init_from_batch = from_first_batch
 
     # --- forward ---------------------------------------------------------------------------
@@ -149,9 +155,10 @@ class FFALayer(nn.Module):
             raise ValueError(f"FFALayer({self.num_channels}) expects (B, {self.num_channels}, *spatial), "
                              f"got shape {tuple(x.shape)}")
         g = self.generator
-        if self.p < 1.0 and not bool(torch.rand((), generator=g) < self.p):
+        where = g.device if g is not None else x.device  # a generator draws on its own device
+        if self.p < 1.0 and not bool(torch.rand((), generator=g, device=where) < self.p):
             return x
-        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g)
+        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g, device=where)
         if noise.dtype != x.dtype or noise.device != x.device:
             noise = noise.to(device=x.device, dtype=x.dtype)
         y, mu, sigma = restyle(x, self._stat_noise(noise), eps=self.eps, unbiased=self.estimator == "official",

@@ -54,7 +54,7 @@ def dataset_channel_stats(x: Tensor, *, chunk: int = 1024) -> tuple[Tensor, Tens
     Returns:
         ``mean, std``, each ``(C,)`` float32, computed in float64.
     """
-    mean = torch.zeros(x.shape[1], dtype=torch.float64)
+    mean = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
     std = torch.zeros_like(mean)
     for i in range(0, x.shape[0], chunk):
         mu, sigma = channel_stats(x[i : i + chunk].to(torch.float64), eps=0.0)
@@ -66,10 +66,12 @@ def dataset_channel_stats(x: Tensor, *, chunk: int = 1024) -> tuple[Tensor, Tens
 def sample_beta(alpha: float, size: int, generator: torch.Generator) -> Tensor:
     """``size`` draws of Beta(alpha, alpha) as float32 ``(size,)``, reproducible from ``generator``.
 
-    torch's Beta sampler takes no generator, so a NumPy generator is seeded from one draw of it.
+    torch's Beta sampler takes no generator, so a NumPy generator is seeded from one draw of it;
+    the draws are on the generator's device.
     """
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    return torch.from_numpy(np.random.default_rng(seed).beta(alpha, alpha, size).astype(np.float32))
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    draws = torch.from_numpy(np.random.default_rng(seed).beta(alpha, alpha, size).astype(np.float32))
+    return draws.to(generator.device)
 
 
 def soft_labels(y: Tensor, num_classes: int) -> Tensor:
@@ -167,9 +169,9 @@ class MixStyleLayer(nn.Module):
         if not self.training or self.p == 0.0 or x.shape[0] < 2:
             return x
         g = self.generator if self.generator is not None else torch.default_generator
-        if self.p < 1.0 and float(torch.rand((), generator=g)) >= self.p:
+        if self.p < 1.0 and float(torch.rand((), generator=g, device=g.device)) >= self.p:
             return x
-        perm = torch.randperm(x.shape[0], generator=g)
+        perm = torch.randperm(x.shape[0], generator=g, device=g.device)
         lam = sample_beta(self.alpha, x.shape[0], g).to(x.device, x.dtype)
         return mix_channel_stats(x, perm.to(x.device), lam, eps=self.eps)
 

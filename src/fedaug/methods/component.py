@@ -29,6 +29,7 @@ every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
@@ -99,6 +100,9 @@ class ClientCtx:
             pipeline evaluation applies, up to this component: the ``transform_batch`` of every
             component before it in the recipe, in the evaluate phase (e.g. FedRDN's normalisation
             with the client's own statistics, Eq. 7). Valid from this component's ``receive`` on.
+        device: where the worker model, the client's data and the received parts are (set by the
+            engine); a component creates its tensors here (``device=ctx.device``, or like the
+            tensors it combines them with) and its random streams live here (:meth:`rng`).
     """
 
     model: nn.Module
@@ -112,6 +116,7 @@ class ClientCtx:
     num_steps: int = 0
     component: str = ""
     eval_inputs: Callable[[Batch], Batch] | None = None
+    device: torch.device = torch.device("cpu")
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
 
     @property
@@ -121,20 +126,18 @@ class ClientCtx:
 
     def rng(self, purpose: str) -> torch.Generator:
         """This component's random stream for ``purpose``, seeded from
-        (seed, round, client id, component, purpose); repeated calls continue the same stream."""
+        (seed, round, client id, component, purpose), on :attr:`device` (draw with
+        ``device=g.device``); repeated calls continue the same stream."""
         key = (self.component, purpose)
         if key not in self._streams:
             self._streams[key] = generator(
-                self.seed, "client", self.round, self.client_id, self.component, purpose
+                self.seed, "client", self.round, self.client_id, self.component, purpose, device=self.device
             )
         return self._streams[key]
 
     def view(self, component: str) -> "ClientCtx":
         """A view of this context for ``component``; views share their random streams' table."""
-        return ClientCtx(
-            self.model, self.client_id, self.round, self.seed, self.data,
-            self.lr, self.phase, self.task, self.num_steps, component, self.eval_inputs, self._streams,
-        )
+        return dataclasses.replace(self, component=component)
 
 
 Closure = Callable[[], Tensor]

@@ -39,7 +39,8 @@ class SegmentationMeter:
 
     Dice per class is computed over all pixels/voxels of the evaluated split (micro); the reported
     ``dice`` is the mean over **foreground** classes only (the FedFA public code averaged the
-    background in, which inflates scores).
+    background in, which inflates scores). The counts stay on the host (CPU) whatever device the
+    logits are on: they are a summary, like the loss sum, read on the server.
     """
 
     def __init__(self, num_classes: int) -> None:
@@ -53,9 +54,9 @@ class SegmentationMeter:
     def update(self, logits: Tensor, y: Tensor) -> None:
         """Add a batch: ``logits (B, K, *spatial)``, ``y (B, *spatial)`` int64."""
         pred = logits.argmax(1)
-        self.tp += torch.bincount(y[pred == y].flatten(), minlength=self.k).double()
-        self.pred += torch.bincount(pred.flatten(), minlength=self.k).double()
-        self.true += torch.bincount(y.flatten(), minlength=self.k).double()
+        self.tp += torch.bincount(y[pred == y].flatten(), minlength=self.k).double().cpu()
+        self.pred += torch.bincount(pred.flatten(), minlength=self.k).double().cpu()
+        self.true += torch.bincount(y.flatten(), minlength=self.k).double().cpu()
         self.loss_sum += float(segmentation_loss(logits, y)) * y.shape[0]
         self.count += int(y.shape[0])
 

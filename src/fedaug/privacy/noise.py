@@ -43,5 +43,5 @@ def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, sca
     if std == 0:
         return t
     sigma = std * (float(t.detach().float().std()) if scale == "relative" and t.numel() > 1 else 1.0)
-    noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
+    noise = torch.randn(t.shape, generator=generator, dtype=torch.float32, device=generator.device)
     return t + (sigma * noise).to(dtype=t.dtype, device=t.device)

@@ -53,16 +53,17 @@ def run_features(run: Run, *, stage: str | None = None, per_client: int = 100, s
     for cid, client in enumerate(sim.data.clients):
         part = getattr(client, split)
         model = global_model(sim, cid)
-        ctx = ClientCtx(sim.model, cid, sim.round, sim.cfg.seed, client.train, phase="evaluate", task=sim.task)
+        ctx = ClientCtx(sim.model, cid, sim.round, sim.cfg.seed, client.train.to(sim.device), phase="evaluate",
+                        task=sim.task, device=sim.device)
         transforms = sim.recipe.per_batch["transform_batch"]
         batch = transform_inputs(transforms, {c.name: ctx.view(c.name) for c in transforms},
-                                 Batch(part.x[:per_client], part.y[:per_client]))
+                                 Batch(part.x[:per_client].to(sim.device), part.y[:per_client].to(sim.device)))
         with torch.no_grad():
             f = extract_features(model, batch.x, stage)
         f = f[0] if isinstance(f, tuple) else f  # U-Nets carry (h, skips)
-        feats.append(f.flatten(2).mean(2) if f.dim() > 2 else f)
+        feats.append((f.flatten(2).mean(2) if f.dim() > 2 else f).cpu())
         names += [client.name] * len(f)
-        classes.append(batch.y)
+        classes.append(batch.y.cpu())
     y = torch.cat(classes)
     return {"features": torch.cat(feats).float(), "clients": names,
             "classes": y if y.dim() == 1 else None, "stage": stage, "round": sim.round}

@@ -6,7 +6,10 @@ Each SuperNode is one logical client and names its data in its node config:
   the number of clients the config's dataset has): the node loads the dataset the config names
   (deterministically partitioned from the seed, so every node agrees) and keeps its own client;
 - ``data-dir`` in addition, for a real site: the dataset is read from that local directory
-  (its ``root`` option; the dataset must be one of the local-directory datasets, docs/data.md).
+  (its ``root`` option; the dataset must be one of the local-directory datasets, docs/data.md);
+- ``device`` optionally: where this SuperNode trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``,
+  ``mps``; default: the config's ``device``), resolved on the node's machine. Each node chooses its
+  own; messages cross the wire as CPU tensors and are moved to the node's device on receipt.
 
 Message types: ``query.describe`` (who am I, how much data) and one per phase of a round
 (:data:`PHASE_TYPES`: ``train``, ``query.after_aggregate``, ``evaluate``), each carrying the phase's
@@ -25,11 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedaug.config.load import dump_toml, parse_config
 from fedaug.config.schema import RunConfig
+from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import state_nbytes
 from fedaug.core.runtime import configure_process
@@ -42,7 +47,7 @@ from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.metrics.tasks import make_task
 
-PARTITION_ID, NUM_PARTITIONS, DATA_DIR = "partition-id", "num-partitions", "data-dir"
+PARTITION_ID, NUM_PARTITIONS, DATA_DIR, DEVICE = "partition-id", "num-partitions", "data-dir", "device"
 #: the ConfigRecord both sides put in every message: client id, round, learning rate
 HEADER = "fedaug"
 STATE, METRICS = "fedaug.state", "metrics"
@@ -72,7 +77,8 @@ class Site:
 
 
 def node_identity(node_config: Mapping[str, Any]) -> tuple[int, int, str | None]:
-    """``(partition-id, num-partitions, data-dir or None)`` from a SuperNode's node config.
+    """``(partition-id, num-partitions, data-dir or None)`` from a SuperNode's node config
+    (its ``device``: :func:`node_device`).
 
     >>> node_identity({"partition-id": 1, "num-partitions": 3, "data-dir": "/data/site1"})
     (1, 3, '/data/site1')
@@ -99,6 +105,18 @@ def node_identity(node_config: Mapping[str, Any]) -> tuple[int, int, str | None]
     return values[0], values[1], data_dir
 
 
+def node_device(node_config: Mapping[str, Any], cfg: RunConfig) -> torch.device:
+    """The device a SuperNode trains on: its node config's ``device``, else the config's, resolved here.
+
+    Raises:
+        ConfigError: a device this machine does not have (the message lists the ones it has).
+    """
+    name = node_config.get(DEVICE, cfg.device)
+    if not isinstance(name, str):
+        raise ConfigError(f"SuperNode node config '{DEVICE}' must be a quoted device name, got {name!r}")
+    return resolve_device(name)
+
+
 def local_datasets() -> list[str]:
     """The registered datasets that read a local directory (they take a ``root`` option)."""
     return [n for n in DATASETS.names() if "root" in inspect.signature(DATASETS.get(n)).parameters]
@@ -110,11 +128,12 @@ def _load(name: str, seed: int, options_json: str) -> FederatedData:
 
 
 @functools.lru_cache(maxsize=2)
-def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str, num_clients: int) -> Worker:
+def _worker(config_toml: str, input_shape: tuple[int, ...], num_classes: int, task: str, num_clients: int,
+            device: str) -> Worker:
     cfg = parse_config(tomllib.loads(config_toml))
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    configure_process(cfg.threads)  # a ClientApp is a process entry point (docs/engine.md)
-    model = build_worker_model(cfg, recipe, input_shape, num_classes)
+    configure_process(cfg.threads, cfg.deterministic)  # a ClientApp is a process entry point (docs/engine.md)
+    model = build_worker_model(cfg, recipe, input_shape, num_classes, torch.device(device))
     return Worker(cfg, recipe, model, make_task(task, num_classes), num_clients)
 
 
@@ -126,10 +145,12 @@ def open_site(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
 
     Raises:
         ConfigError: a bad node config, ``num-partitions`` that differs from the dataset's
-            number of clients, or ``data-dir`` with a dataset that reads no directory.
+            number of clients, ``data-dir`` with a dataset that reads no directory, or a
+            ``device`` this machine does not have.
     """
     cfg = FlowerSettings.from_run_config(run_config).cfg
     client_id, num_partitions, data_dir = node_identity(node_config)
+    device = node_device(node_config, cfg)
     options = dict(cfg.data.options)
     if data_dir is not None:
         if cfg.data.name not in local_datasets():
@@ -143,7 +164,7 @@ def open_site(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
                           f"with these options has {data.num_clients} clients; start {data.num_clients} SuperNodes "
                           f"with {NUM_PARTITIONS}={data.num_clients}, or change the dataset's options")
     worker = _worker(dump_toml(cfg.to_dict()), tuple(data.input_shape), data.num_classes, data.task,
-                     data.num_clients)
+                     data.num_clients, str(device))
     return Site(cfg, client_id, data, worker)
 
 

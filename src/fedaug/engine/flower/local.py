@@ -25,7 +25,7 @@ from typing import TextIO
 
 from fedaug.core.errors import FedaugError
 from fedaug.core.serialize import atomic_write_text
-from fedaug.engine.flower.client_app import NUM_PARTITIONS, PARTITION_ID
+from fedaug.engine.flower.client_app import DEVICE, NUM_PARTITIONS, PARTITION_ID
 from fedaug.engine.flower.tls import SuperNodeKeys, TlsFiles, write_supernode_keys, write_tls
 
 FEDERATION = "fedaug-local"
@@ -70,6 +70,7 @@ class LoopbackTrial:
         tls: TLS with a self-signed CA made for the trial (else ``--insecure``).
         auth: SuperNode authentication: each SuperNode gets a key pair, registered with the SuperLink.
         data_dirs: a ``data-dir`` per SuperNode (a real site's local data), or none.
+        device: every SuperNode's ``device`` node config (``""``: the config's ``device``).
     """
 
     app: Path
@@ -78,6 +79,7 @@ class LoopbackTrial:
     tls: bool = False
     auth: bool = False
     data_dirs: Sequence[str] = ()
+    device: str = ""
     link_port: int = field(default_factory=free_port)
     node_ports: list[int] = field(default_factory=list)
 
@@ -133,6 +135,8 @@ class LoopbackTrial:
         node_config = f"{PARTITION_ID}={k} {NUM_PARTITIONS}={self.num_nodes}"
         if self.data_dirs:
             node_config += f' data-dir="{self.data_dirs[k]}"'
+        if self.device:
+            node_config += f' {DEVICE}="{self.device}"'
         argv = ["flower-supernode", "--superlink", f"{HOST}:{self.link_port}", "--node-config", node_config,
                 "--port", str(self.node_ports[k])]
         argv += ["--root-certificates", str(self.certs.ca_cert)] if self.tls else ["--insecure"]

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fedaug.config.load import parse_config, read_toml
+from fedaug.core.device import CPU, resolve_device, to_device
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
 from fedaug.core.runtime import configure_process
@@ -159,10 +161,12 @@ class FlowerFleet:
         grid: the ServerApp's Grid.
         nodes: ``{client id: node id}`` from :func:`discover`.
         round_timeout: seconds to wait for one phase's replies (``None``: wait for all).
+        device: the server's device: decoded replies (CPU tensors off the wire) are moved there.
     """
 
-    def __init__(self, grid: Grid, nodes: Mapping[int, int], round_timeout: float | None) -> None:
-        self.grid, self.nodes, self.timeout = grid, dict(nodes), round_timeout
+    def __init__(self, grid: Grid, nodes: Mapping[int, int], round_timeout: float | None,
+                 device: torch.device = CPU) -> None:
+        self.grid, self.nodes, self.timeout, self.device = grid, dict(nodes), round_timeout, device
         self._state_bytes: dict[int, int] = {}
 
     def _exchange(self, message_type: str, r: int, contents: Iterable[tuple[int, RecordDict]],
@@ -198,7 +202,7 @@ class FlowerFleet:
         """The :class:`Reply` in a Flower reply, or :class:`Malformed` with the reason; never raises
         (the parts themselves are checked by the exchange)."""
         try:
-            parts = get_parts(rep.content)
+            parts = to_device(get_parts(rep.content), self.device)
             if phase != "train":
                 return Reply(parts)
             missing = [k for k, records in (("state", rep.content.config_records), (METRICS, rep.content.metric_records))
@@ -237,10 +241,11 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     settings = FlowerSettings.from_run_config(run_config)
     cfg = pin(settings.cfg)  # its run directory records the options that change the numbers
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-    configure_process(cfg.threads)  # a ServerApp is a process entry point (docs/engine.md)
+    configure_process(cfg.threads, cfg.deterministic)  # a ServerApp is a process entry point (docs/engine.md)
+    device = resolve_device(cfg.device)  # the server's own; each SuperNode chooses its own
     federation, nodes = discover(grid, settings.connect_timeout, max_num_train=cfg.trust.max_num_train)
-    model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes)
-    fleet = FlowerFleet(grid, nodes, settings.round_timeout)
+    model = build_worker_model(cfg, recipe, federation.input_shape, federation.num_classes, device)
+    fleet = FlowerFleet(grid, nodes, settings.round_timeout, device)
     server = Server(cfg, recipe, model, federation, fleet)
     if settings.resume_dir:
         run_dir = RunDir.open(settings.resume_dir, write=True)

@@ -21,7 +21,7 @@ def class_statistics(z: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Te
     """Per-class mean ``(K, D)``, unbiased covariance ``(K, D, D)`` (0 for classes with < 2
     samples) and count ``(K,)`` of features ``z (N, D)`` with classes ``y (N,)``."""
     d = z.shape[1]
-    mean, cov = torch.zeros(num_classes, d), torch.zeros(num_classes, d, d)
+    mean, cov = torch.zeros(num_classes, d, device=z.device), torch.zeros(num_classes, d, d, device=z.device)
     count = torch.bincount(y, minlength=num_classes).float()
     for c in range(num_classes):
         zc = z[y == c]
@@ -60,7 +60,7 @@ def sample_gaussian(mean: Tensor, cov: Tensor, num: int, g: torch.Generator) -> 
     (negative eigenvalues from round-off are clipped to 0)."""
     evals, evecs = torch.linalg.eigh(cov.double())
     factor = (evecs * evals.clamp_min(0).sqrt()).float()  # (D, D): factor @ factor.T == cov
-    return mean + torch.randn(num, mean.shape[0], generator=g) @ factor.T
+    return mean + torch.randn(num, mean.shape[0], generator=g, device=g.device) @ factor.T
 
 
 @METHODS.register("ccvr", "CCVR (Luo et al. 2021): calibrate the head on virtual features from class Gaussians")
@@ -137,7 +137,7 @@ class CCVR(Component):
         usable = server["count"] >= 2
         if not bool(usable.any()):
             return
-        g = generator(ctx.seed, "server", ctx.round, self.name, "virtual")
+        g = generator(ctx.seed, "server", ctx.round, self.name, "virtual", device=ctx.device)
         classes = usable.nonzero().flatten()
         z = torch.cat([sample_gaussian(server["mean"][c], server["cov"][c], self.num_virtual, g) for c in classes])
         y = classes.repeat_interleave(self.num_virtual)
@@ -146,7 +146,7 @@ class CCVR(Component):
         with torch.enable_grad():
             opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9)
             for _ in range(self.epochs):
-                for idx in torch.randperm(len(y), generator=g).split(self.batch_size):
+                for idx in torch.randperm(len(y), generator=g, device=g.device).split(self.batch_size):
                     opt.zero_grad()
                     F.cross_entropy(F.linear(z[idx], *params), y[idx]).backward()
                     opt.step()
@@ -157,8 +157,9 @@ class CCVR(Component):
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
         _, head = classifier_head(model)
-        k, d = head.out_features, head.in_features
-        return {"mean": torch.zeros(k, d), "cov": torch.zeros(k, d, d), "count": torch.zeros(k)}
+        k, d, device = head.out_features, head.in_features, head.weight.device
+        return {"mean": torch.zeros(k, d, device=device), "cov": torch.zeros(k, d, d, device=device),
+                "count": torch.zeros(k, device=device)}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return {k: v.clone() for k, v in server.items()} if phase == "evaluate" else {}

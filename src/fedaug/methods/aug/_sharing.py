@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import output_shape
@@ -28,16 +29,16 @@ from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 POOL = ("x", "y", "owner")
 
 
-def empty_server(y_dtype: torch.dtype) -> State:
-    """The server's empty pool."""
-    return {"x": torch.zeros(0, 0), "y": torch.zeros(0, 0, dtype=y_dtype),
-            "owner": torch.zeros(0, dtype=torch.int64), "sent": {}}
+def empty_server(y_dtype: torch.dtype, device: torch.device) -> State:
+    """The server's empty pool, on ``device``."""
+    return {"x": torch.zeros(0, 0, device=device), "y": torch.zeros(0, 0, dtype=y_dtype, device=device),
+            "owner": torch.zeros(0, dtype=torch.int64, device=device), "sent": {}}
 
 
 def pool_downlink(server: State, client_id: int) -> Part:
     """The pool rows ``client_id`` does not hold yet, and where they start."""
     start = int(server["sent"].get(client_id, 0))
-    return {"start": torch.tensor(start), **{k: server[k][start:].clone() for k in POOL}}
+    return {"start": torch.tensor(start, device=server["owner"].device), **{k: server[k][start:].clone() for k in POOL}}
 
 
 def pool_downlink_spec(y_dtype: torch.dtype) -> Spec:
@@ -77,7 +78,7 @@ def aggregate_pool(server: State, uplinks: Sequence[Uplink]) -> State:
         n = u.part["x"].shape[0]
         if n == 0 or u.part["y"].shape[0] != n or bool((owner == u.client_id).any()):
             continue
-        fill = torch.full((n,), u.client_id, dtype=torch.int64)
+        fill = torch.full((n,), u.client_id, dtype=torch.int64, device=u.part["x"].device)
         x, y, owner = ((u.part["x"], u.part["y"], fill) if owner.shape[0] == 0 else
                        (torch.cat([x, u.part["x"]]), torch.cat([y, u.part["y"]]), torch.cat([owner, fill])))
     return {"x": x, "y": y, "owner": owner, "sent": sent}
@@ -125,16 +126,17 @@ class PoolAug(Component, abc.ABC):
         return tuple(target)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
-        have = torch.tensor(int(self._pool["owner"].shape[0]))
+        have = torch.tensor(int(self._pool["owner"].shape[0]), device=ctx.device)
         if self._share is None:
-            x, y = torch.zeros(0, ctx.data.x[0].numel()), torch.zeros(0, self._pool["y"].shape[1], dtype=self.y_dtype)
+            x = torch.zeros(0, ctx.data.x[0].numel(), device=ctx.device)
+            y = torch.zeros(0, self._pool["y"].shape[1], dtype=self.y_dtype, device=ctx.device)
         else:
             x, y = self._share[0].reshape(self._share[0].shape[0], -1), self._share[1]
             y = y.reshape(y.shape[0], -1).to(self.y_dtype)
         return {"x": x.float(), "y": y, "have": have}, dict(self._pool)
 
     def init_server(self, model: nn.Module, num_clients: int) -> State:
-        return empty_server(self.y_dtype)
+        return empty_server(self.y_dtype, module_device(model))
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return pool_downlink(server, client_id)

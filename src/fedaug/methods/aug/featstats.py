@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers import kernel as compiled
@@ -63,7 +64,8 @@ class FeatureStatsAug(Component, abc.ABC):
             numbers are the same on every machine; ``"on"``, the compiled CPU kernel
             (:mod:`fedaug.layers.kernel`): faster on small maps, needs a C++ compiler (built at
             setup, before training), float32 results that differ from ``"off"`` in the last bits
-            (enough to move a 30-round run by points, docs/fedfa.md) and may differ between CPU models.
+            (enough to move a 30-round run by points, docs/fedfa.md) and may differ between CPU models;
+            CPU only (a model on another device is refused at setup).
             Recorded in every run's config (:mod:`fedaug.methods.recorded`).
         stats_rule: how the server combines the clients' statistics across clients (Eq. 5):
             ``"mean"`` (the papers: their variance), ``"median"`` or ``"trimmed_mean"`` (a robust
@@ -172,9 +174,13 @@ class FeatureStatsAug(Component, abc.ABC):
 
         With ``kernel = "on"`` the compiled kernel is built (or loaded) here, so a machine without a
         compiler fails before training."""
+        device = module_device(model)
         if self.kernel == "on":
+            if device.type != "cpu":
+                raise ConfigError(f"{self.name}.kernel='on' is the compiled CPU kernel, but the model is on {device}; "
+                                  f"set {self.name}.kernel='off' (the PyTorch path, which runs on every device)")
             compiled.restyle_op()
-        channels = stage_channels(model, torch.zeros(2, *input_shape), self.names(model))
+        channels = stage_channels(model, torch.zeros(2, *input_shape, device=device), self.names(model))
         self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()}, owner=self.name)
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
@@ -212,7 +218,7 @@ class FeatureStatsAug(Component, abc.ABC):
         """An empty downlink, and each attach point's channel count from the layers :meth:`setup`
         attached (so uploads are checked against it from round 1)."""
         names = self.names(model)
-        empty = torch.zeros(0)
+        empty = torch.zeros(0, device=module_device(model))
         return {"layers": names, "part": {f"{n}.{k}": empty for n in names for k in self.down_keys},
                 "channels": {n: layer.num_channels for n, layer in self.layers.items()}}
 

@@ -50,14 +50,14 @@ class FedData(PoolAug):
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         n = len(ctx.data)
-        pick = torch.randperm(n, generator=ctx.rng("share"))[: max(1, round(self.fraction * n))]
+        pick = torch.randperm(n, generator=ctx.rng("share"), device=ctx.device)[: max(1, round(self.fraction * n))]
         return ctx.data.x[pick], ctx.data.y[pick]
 
     def transform_batch(self, ctx: ClientCtx, batch: Batch) -> Batch:
         if not ctx.training or self.shared_x.shape[0] == 0:
             return batch
         k = math.ceil(self.per_batch * batch.x.shape[0])
-        j = torch.randint(self.shared_x.shape[0], (k,), generator=ctx.rng("pick"))
+        j = torch.randint(self.shared_x.shape[0], (k,), generator=ctx.rng("pick"), device=ctx.device)
         y = self.shared_y[j]
         if batch.y.is_floating_point():  # an earlier component made soft labels
             y = soft_labels(y, batch.y.shape[1])

@@ -125,7 +125,7 @@ class FedMix(PoolAug):
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         require_classification(ctx, self.name)
-        perm = torch.randperm(len(ctx.data), generator=ctx.rng("means"))
+        perm = torch.randperm(len(ctx.data), generator=ctx.rng("means"), device=ctx.device)
         x, y = ctx.data.x, soft_labels(ctx.data.y, ctx.task.num_classes)
         if self.dp_clip is None:
             x, y = batch_means(x, y, self.mean_batch, perm)
@@ -151,7 +151,7 @@ class FedMix(PoolAug):
         self._pair = None
         if self.shared_x.shape[0] == 0:
             return ctx.model(batch.x), batch
-        j = torch.randint(self.shared_x.shape[0], (batch.x.shape[0],), generator=ctx.rng("pair"))
+        j = torch.randint(self.shared_x.shape[0], (batch.x.shape[0],), generator=ctx.rng("pair"), device=ctx.device)
         x_bar, y_bar = self.shared_x[j].to(batch.x), self.shared_y[j].to(batch.x)
         if self.mode == "naive":
             y = mix(soft_labels(batch.y, ctx.task.num_classes), y_bar, 1 - self.lam)

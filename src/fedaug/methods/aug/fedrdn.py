@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.functional import channel_stats
@@ -96,10 +97,10 @@ def draw_pairs(num_pairs: int, batch_size: int, draw: str, generator: torch.Gene
     ``draw="batch"``: one mean row and one independent std row for the whole batch (public code).
     """
     if draw == "image":
-        idx = torch.randint(num_pairs, (batch_size,), generator=generator)
+        idx = torch.randint(num_pairs, (batch_size,), generator=generator, device=generator.device)
         return idx, idx
     if draw == "batch":
-        i, j = torch.randint(num_pairs, (2,), generator=generator)
+        i, j = torch.randint(num_pairs, (2,), generator=generator, device=generator.device)
         return i.expand(batch_size), j.expand(batch_size)
     raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {draw!r}")
 
@@ -207,7 +208,7 @@ class FedRDN(Component):
         return Batch(normalize_channels(batch.x, mean[i], std[j]), batch.y)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
-        empty = torch.zeros(0, self._channels)
+        empty = torch.zeros(0, self._channels, device=ctx.device)
         mean, std = self._upload or (empty, empty)
         if self._upload is not None and self.dp_clip is not None:
             mean, std = (v[None] for v in private_client_stats(ctx.data.x, self.dp_clip, self.dp_noise, ctx.rng("dp")))
@@ -218,7 +219,9 @@ class FedRDN(Component):
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
-        return {"ids": torch.zeros(0, dtype=torch.int64), "mean": torch.zeros(0, 0), "std": torch.zeros(0, 0)}
+        device = module_device(model)
+        return {"ids": torch.zeros(0, dtype=torch.int64, device=device), "mean": torch.zeros(0, 0, device=device),
+                "std": torch.zeros(0, 0, device=device)}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         part = {k: server[k].clone() for k in ("ids", "mean", "std")}
@@ -243,5 +246,5 @@ class FedRDN(Component):
         if not rows:
             return server
         ids = sorted(rows)
-        return {"ids": torch.tensor(ids, dtype=torch.int64),
+        return {"ids": torch.tensor(ids, dtype=torch.int64, device=server["ids"].device),
                 "mean": torch.stack([rows[i][0] for i in ids]), "std": torch.stack([rows[i][1] for i in ids])}

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers.attach import dry_run, output_shape
@@ -129,7 +130,7 @@ class FLea(Component):
             raise ConfigError(f"flea.stage '{self.stage}' is not a stage of {type(model).__name__}; "
                               f"choose from {', '.join(stages)}")
         with dry_run(model):  # what every shared row holds: D values and a label below the class count
-            f = extract_features(model, torch.zeros(2, *input_shape), self.stage)
+            f = extract_features(model, torch.zeros(2, *input_shape, device=module_device(model)), self.stage)
         self._shape = tuple(f.shape[1:]) if isinstance(f, Tensor) else None
         self._classes = output_shape(model, input_shape)[0]
 
@@ -192,7 +193,7 @@ class FLea(Component):
         if ctx.training:
             self._batch = self._buf_x = self._buf_y = None  # the buffer is never kept between rounds
             return {}, {}
-        idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id)
+        idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id, ctx.device)
         f = extract_features(ctx.model, ctx.data.x[idx], self.stage)
         if self.dp_clip is not None:  # one sample's release per row
             f = gaussian_mechanism({"f": clip_rows(f, self.dp_clip)}, self.dp_clip, self.dp_noise, ctx.rng("dp"))["f"]
@@ -201,7 +202,7 @@ class FLea(Component):
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
-        return empty_buffer()
+        return empty_buffer(module_device(model))
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         if phase != "train":

@@ -19,21 +19,24 @@ from fedaug.layers.mixing import mix, sample_beta
 from fedaug.methods.component import State, Uplink
 
 
-def empty_buffer() -> State:
-    """The server's buffer before anyone has shared (round 1 trains without it, Alg. 1 line 3)."""
-    return {"features": torch.zeros(0, 0), "labels": torch.zeros(0, dtype=torch.int64),
-            "owner": torch.zeros(0, dtype=torch.int64)}
+def empty_buffer(device: torch.device) -> State:
+    """The server's buffer before anyone has shared (round 1 trains without it, Alg. 1 line 3), on ``device``."""
+    return {"features": torch.zeros(0, 0, device=device), "labels": torch.zeros(0, dtype=torch.int64, device=device),
+            "owner": torch.zeros(0, dtype=torch.int64, device=device)}
 
 
-def share_indices(num_samples: int, fraction: float, seed: int, client_id: int) -> Tensor:
+def share_indices(num_samples: int, fraction: float, seed: int, client_id: int,
+                  device: torch.device = torch.device("cpu")) -> Tensor:
     """The client's shared subset: ``int(fraction * n)`` distinct samples (Sec. 3.2), drawn once per
-    (seed, client) and reused every round it is queried; only its features change.
+    (seed, client) and reused every round it is queried; only its features change. Drawn on
+    ``device`` (the data's), from a stream there (:func:`~fedaug.core.rng.generator`).
 
     Returns:
         ``(k,)`` int64 indices into the client's training split (``k = 0`` for small clients).
     """
     k = int(fraction * num_samples)
-    return torch.randperm(num_samples, generator=generator(seed, "flea", "share", client_id))[:k]
+    g = generator(seed, "flea", "share", client_id, device=device)
+    return torch.randperm(num_samples, generator=g, device=device)[:k]
 
 
 def merge_buffer(uplinks: Sequence[Uplink], max_rows: int) -> State:
@@ -54,7 +57,7 @@ def merge_buffer(uplinks: Sequence[Uplink], max_rows: int) -> State:
     """
     good = [u for u in uplinks if u.part["features"].shape[0] > 0]  # rows and labels agree (uplink spec)
     if not good:
-        return empty_buffer()
+        return empty_buffer(uplinks[0].part["features"].device if uplinks else torch.device("cpu"))
     sizes = [u.part["features"].shape[0] for u in good]
     keep = sizes
     if sum(sizes) > max_rows:
@@ -66,7 +69,8 @@ def merge_buffer(uplinks: Sequence[Uplink], max_rows: int) -> State:
                 spare -= 1
     return {"features": torch.cat([u.part["features"][:k] for u, k in zip(good, keep)]),
             "labels": torch.cat([u.part["labels"][:k] for u, k in zip(good, keep)]),
-            "owner": torch.cat([torch.full((k,), u.client_id, dtype=torch.int64) for u, k in zip(good, keep)])}
+            "owner": torch.cat([torch.full((k,), u.client_id, dtype=torch.int64, device=u.part["labels"].device)
+                                for u, k in zip(good, keep)])}
 
 
 def mix_features(f: Tensor, y: Tensor, f_buf: Tensor, y_buf: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
@@ -88,7 +92,7 @@ def mix_features(f: Tensor, y: Tensor, f_buf: Tensor, y_buf: Tensor, beta: Tenso
 def draw_pairs(batch_size: int, buffer_size: int, a: float, g: torch.Generator) -> tuple[Tensor, Tensor]:
     """One buffer row per local sample, uniformly with replacement, and ``beta_i ~ Beta(a, a)``
     (Alg. 1 line 7): ``(B,)`` int64 indices and ``(B,)`` float32 weights, both from ``g``."""
-    j = torch.randint(buffer_size, (batch_size,), generator=g)
+    j = torch.randint(buffer_size, (batch_size,), generator=g, device=g.device)
     return j, sample_beta(a, batch_size, g)
 
 

@@ -33,7 +33,7 @@ def _check_alpha(name: str, alpha: float) -> float:
 def mixup_pairs(ctx: ClientCtx, batch_size: int, alpha: float, purpose: str) -> tuple[Tensor, Tensor]:
     """One batch's ``perm (B,)`` int64 and ``lam`` (0-d float32) from ``ctx.rng(purpose)``."""
     g = ctx.rng(purpose)
-    perm = torch.randperm(batch_size, generator=g)
+    perm = torch.randperm(batch_size, generator=g, device=g.device)
     return perm, sample_beta(alpha, 1, g)[0]
 
 
@@ -104,7 +104,7 @@ class ManifoldMixup(Component):
         require_classification(ctx, self.name)
         names = self.candidates(ctx.model)
         perm, lam = mixup_pairs(ctx, batch.x.shape[0], self.alpha, "mix")
-        stage = names[int(torch.randint(len(names), (), generator=ctx.rng("stage")))]
+        stage = names[int(torch.randint(len(names), (), generator=ctx.rng("stage"), device=ctx.device))]
         target = Batch(batch.x, mix_batch_labels(ctx, batch.y, perm, lam))
         if stage == INPUT:
             return ctx.model(mix(batch.x, batch.x[perm], lam.to(batch.x))), target

@@ -56,9 +56,9 @@ class MoEx(Component):
         require_classification(ctx, self.name)
         g = ctx.rng("exchange")
         b = batch.x.shape[0]
-        if b < 2 or self.p == 0.0 or (self.p < 1.0 and float(torch.rand((), generator=g)) >= self.p):
+        if b < 2 or self.p == 0.0 or (self.p < 1.0 and float(torch.rand((), generator=g, device=g.device)) >= self.p):
             return ctx.model(batch.x), batch
-        perm = torch.randperm(b, generator=g)
+        perm = torch.randperm(b, generator=g, device=g.device)
         self.layer.arm(perm)
         out = ctx.model(batch.x)
         soft = soft_labels(batch.y, ctx.task.num_classes)

@@ -50,5 +50,5 @@ class Normalize(Component):
         if {self.mean.numel(), self.std.numel()} - {1, c}:
             raise ConfigError(f"norm.mean/std have {self.mean.numel()}/{self.std.numel()} values but the inputs "
                               f"have {c} channels; give {c} values or a single one")
-        mean, std = self.mean.expand(c), self.std.expand(c)
+        mean, std = self.mean.to(batch.x.device).expand(c), self.std.to(batch.x.device).expand(c)
         return Batch(normalize_channels(batch.x, mean, std), batch.y)

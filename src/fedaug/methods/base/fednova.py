@@ -47,7 +47,7 @@ class FedNova(FedAvg):
         part, state = super().reply(ctx)
         if not ctx.training:
             return part, state
-        part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum or 0.0))
+        part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum or 0.0), device=ctx.device)
         return part, state
 
     def init_server(self, model: nn.Module, num_clients: int) -> State:

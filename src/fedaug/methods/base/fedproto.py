@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaug.core.device import module_device
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.methods._common import classifier_head, detached, feature_tap, hard_labels, label_counts
 from fedaug.methods.options import check_range
@@ -85,7 +86,7 @@ class FedProto(Component):
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
         spec = prototype_spec(model)
-        return {k: torch.zeros(s.shape) for k, s in spec.items()}
+        return {k: torch.zeros(s.shape, device=module_device(model)) for k, s in spec.items()}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
         return dict(server) if phase == "train" else {}

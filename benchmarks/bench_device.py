@@ -1,0 +1,152 @@
+"""Engine vs bare PyTorch loop per device and precision (issue 17; not a test: it reports).
+
+For each model (small_cnn on Digits-4 shapes 3x28x28, alexnet_bn on 3x256x256, mobilenetv2_cifar on
+3x32x32, unet3d on 16^3 brain-MRI patches), device (cpu; cuda when present) and precision
+("32", "bf16-mixed"; "16-mixed" on CUDA), it measures the median per-round training time of
+
+* the engine: a FedAvg round of 2 clients x ``steps`` local steps (evaluation excluded);
+* a bare loop: the same model, data, optimiser and steps on the same device, with the global
+  weights loaded per client and averaged afterwards, and nothing else;
+
+and their ratio (engine / bare, per repeat, then the median), plus the data-transfer share of an
+engine round: the time to move the round's clients' training splits to the device (pinned, non
+blocking, synchronised) over the round time (0 on the CPU: nothing moves). Engine and bare loop
+alternate within each repeat, in this process, so machine noise hits both.
+
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_device.py --quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedaug.config.schema import RunConfig, validate
+from fedaug.core.device import autocast, available_devices, module_device
+from fedaug.engine.simulate import build_simulation
+from fedaug.methods.base.fedavg import weighted_average
+from fedaug.models.registry import build_model
+
+#: model -> (dataset, dataset options, batch size)
+MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
+    "small_cnn": ("synthetic", {"num_clients": 2, "samples_per_client": 64, "num_classes": 10, "channels": 3,
+                                "size": 28}, 32),
+    "alexnet_bn": ("synthetic", {"num_clients": 2, "samples_per_client": 24, "num_classes": 10, "channels": 3,
+                                 "size": 256}, 8),
+    "mobilenetv2_cifar": ("synthetic", {"num_clients": 2, "samples_per_client": 64, "num_classes": 10,
+                                        "channels": 3, "size": 32}, 32),
+    "unet3d": ("brain_mri", {"dims": 3, "patch": 16, "size": 32}, 4),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def config(model: str, device: str, precision: str, steps: int, rounds: int) -> RunConfig:
+    data, options, batch = MODELS[model]
+    return validate({"seed": 0, "device": device, "precision": precision,
+                     "data": {"name": data, "options": options}, "model": {"name": model},
+                     "train": {"rounds": rounds, "local_steps": steps, "batch_size": batch, "lr": 0.01},
+                     "eval": {"every": 10**6}})
+
+
+def engine_round(sim: Any, r: int) -> float:
+    sync(sim.device)
+    t0 = time.perf_counter()
+    sim.run_round(r)
+    sync(sim.device)
+    return time.perf_counter() - t0
+
+
+def bare_round(sim: Any, cfg: RunConfig, model: torch.nn.Module, g: torch.Generator) -> float:
+    """The same local steps without the engine: load the global weights, train, average."""
+    device, precision = module_device(model), cfg.precision
+    sync(device)
+    t0 = time.perf_counter()
+    global_weights = {k: v.clone() for k, v in model.state_dict().items()}
+    states, sizes = [], []
+    for client in sim.data.clients:
+        x, y = client.train.x.to(device), client.train.y.to(device)
+        model.load_state_dict(global_weights)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.train.lr, momentum=0.9, weight_decay=5e-4)
+        model.train()
+        for _ in range(cfg.train.local_steps):
+            idx = torch.randperm(len(x), generator=g)[: cfg.train.batch_size].to(device)
+            opt.zero_grad(set_to_none=True)
+            with autocast(device, precision):
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        sizes.append(float(len(x)))
+    model.load_state_dict({k: weighted_average([s[k] for s in states], sizes) for k in global_weights})
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def transfer_time(sim: Any) -> float:
+    """Seconds to move every client's training split to the device as a round does."""
+    device = sim.device
+    sync(device)
+    t0 = time.perf_counter()
+    for client in sim.fleet.clients:
+        client.train.to(device, device.type == "cuda")
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def measure(model: str, device: str, precision: str, steps: int, rounds: int, repeats: int) -> dict[str, Any]:
+    cfg = config(model, device, precision, steps, rounds)
+    sim = build_simulation(cfg)
+    bare_model = build_model(model, sim.data.input_shape[0], sim.data.num_classes).to(sim.device)
+    g = torch.Generator().manual_seed(0)
+    engine_round(sim, 1)  # warm-up (allocator, cuDNN autotuning)
+    bare_round(sim, cfg, bare_model, g)
+    engine, bare, ratios, shares = [], [], [], []
+    r = 1
+    for _ in range(repeats):
+        e = statistics.median(engine_round(sim, r := r + 1) for _ in range(rounds))
+        b = statistics.median(bare_round(sim, cfg, bare_model, g) for _ in range(rounds))
+        engine.append(e)
+        bare.append(b)
+        ratios.append(e / b)
+        shares.append(transfer_time(sim) / e)
+    return {"model": model, "device": str(sim.device), "precision": precision,
+            "engine_round_s": statistics.median(engine), "bare_round_s": statistics.median(bare),
+            "engine_over_bare": statistics.median(ratios), "transfer_share": statistics.median(shares)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 steps, 2 rounds per repeat, 2 repeats")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    steps, rounds, repeats = (2, 2, 2) if args.quick else (10, 3, 5)
+    devices = ["cpu"] + (["cuda"] if any(d.startswith("cuda") for d in available_devices()) else [])
+    rows = []
+    for device in devices:
+        precisions = ["32", "bf16-mixed"] + (["16-mixed"] if device == "cuda" else [])
+        for model in args.models:
+            for precision in precisions:
+                row = measure(model, device, precision, steps, rounds, repeats)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print("\n| model | device | precision | engine round s | bare round s | engine / bare | transfer share |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['model']} | {row['device']} | {row['precision']} | {row['engine_round_s']:.3f} | "
+              f"{row['bare_round_s']:.3f} | {row['engine_over_bare']:.2f} | {row['transfer_share']:.1%} |")
+
+
+if __name__ == "__main__":
+    main()

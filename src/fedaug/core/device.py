@@ -1,0 +1,156 @@
+"""Where a run's tensors live and at which precision it computes: ``device`` and ``precision``.
+
+A config names a device as ``"auto"`` (CUDA if available, else the CPU), ``"cpu"``, ``"cuda"``
+(the current CUDA device), ``"cuda:N"`` or ``"mps"``; :func:`resolve_device` turns it into a
+:class:`torch.device` on *this* machine, or raises one :class:`~fedaug.core.errors.ConfigError`
+naming the devices that are there. A run directory's ``config.toml`` keeps the name as written
+(``"auto"`` stays ``"auto"``), so a run resumed on another machine resolves it again there; the
+device it ran on is recorded in its summary (:func:`environment`).
+
+``precision`` is ``"32"`` (float32 everywhere), ``"bf16-mixed"`` or ``"16-mixed"``: the forward
+pass and the loss run under :func:`torch.autocast` with bfloat16 or float16 (:func:`autocast`),
+weights, optimiser state and every message stay float32; ``"16-mixed"`` scales the loss with a
+:class:`torch.amp.GradScaler` (:func:`grad_scaler`). torch autocasts float16 on the CPU too, so
+``"16-mixed"`` is accepted there (no faster than float32 on a CPU; useful to test the scaler path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedaug.core.errors import ConfigError
+
+#: what ``device`` may say in a config (availability is checked when it is resolved)
+DEVICE_SYNTAX = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+#: the ``precision`` names (Lightning's) and the autocast dtype of each (``None``: no autocast)
+PRECISIONS: dict[str, torch.dtype | None] = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+CPU = torch.device("cpu")
+
+
+def available_devices() -> list[str]:
+    """The devices of this machine that a config can name: ``cpu``, each ``cuda:N``, ``mps``."""
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(name: str) -> torch.device:
+    """The :class:`torch.device` a config's ``device`` names on this machine.
+
+    Args:
+        name: ``"auto"`` (``cuda:<current>`` if CUDA is available, else ``cpu``), ``"cpu"``,
+            ``"cuda"`` (the current CUDA device), ``"cuda:N"`` or ``"mps"``.
+
+    Raises:
+        ConfigError: a name of another form, or a device this machine does not have; the message
+            lists the ones it has.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if not isinstance(name, str) or not DEVICE_SYNTAX.fullmatch(name):
+        raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and torch.cuda.is_available():
+        name = f"cuda:{torch.cuda.current_device()}"
+    if name not in available_devices():
+        raise ConfigError(f"device {name!r} is not available on this machine; available: "
+                          f"{', '.join(available_devices())} (or 'auto')")
+    return torch.device(name)
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    """Refuse a precision that ``device`` cannot autocast to.
+
+    Raises:
+        ConfigError: an unknown name, ``"bf16-mixed"`` on a CUDA device without bfloat16 support, or
+            a device type torch cannot autocast.
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "32":
+        return
+    if not torch.amp.autocast_mode.is_autocast_available(device.type):
+        raise ConfigError(f"precision={precision!r}: torch cannot autocast on {device}; use precision='32'")
+    if device.type == "cuda" and precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"precision='bf16-mixed': {torch.cuda.get_device_name(device)} has no bfloat16 support; "
+                          "use '16-mixed' or '32'")
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """The autocast context of ``precision`` on ``device`` (no context at all for ``"32"``)."""
+    dtype = PRECISIONS[precision]
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """A loss scaler for ``"16-mixed"`` (float16 gradients underflow without one), else ``None``."""
+    return torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter (or buffer); the CPU for a module with neither."""
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return CPU
+
+
+def to_device(tree: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """``tree`` (dicts, lists, tuples, tensors and scalars) with every tensor on ``device``.
+
+    A tensor already there is returned as it is (no copy), so on the run's own device this costs
+    nothing; containers are rebuilt, scalars returned unchanged.
+    """
+    if isinstance(tree, torch.Tensor):
+        return tree.to(device, non_blocking=non_blocking)
+    if isinstance(tree, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        items = [to_device(v, device, non_blocking) for v in tree]
+        return items if isinstance(tree, list) else tuple(items)
+    return tree
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device`` for new tensors (CUDA: the driver's figure), ``None`` where unknown (CPU, MPS)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return None
+
+
+def check_fits(nbytes: int, device: torch.device, what: str) -> None:
+    """Refuse to place ``nbytes`` of ``what`` on ``device`` when its free memory is known and smaller.
+
+    Raises:
+        ConfigError: the estimate, the free memory and the fix.
+    """
+    free = free_memory(device)
+    if free is not None and nbytes > free:
+        raise ConfigError(f"{what} needs an estimated {nbytes / 2**20:.1f} MiB on {device}, but only "
+                          f"{free / 2**20:.1f} MiB are free; set data.on_device=false (data moves to the device "
+                          "per round)")
+
+
+def environment(device: torch.device, precision: str, deterministic: bool) -> dict[str, Any]:
+    """What a run's summary records of where it ran: the device and its name, the precision, whether
+    deterministic algorithms were on, and the torch, CUDA and cuDNN versions (``None`` where absent)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        name = "Apple MPS"
+    else:
+        name = platform.processor() or platform.machine()
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"device": str(device), "device_name": name, "precision": precision, "deterministic": deterministic,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn}
+

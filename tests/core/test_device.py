@@ -1,0 +1,101 @@
+"""Device resolution, precision checks, placement helpers and the run environment record."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedaug.core import device as dev
+from fedaug.core.device import (available_devices, check_fits, check_precision, environment, resolve_device,
+                                to_device)
+from fedaug.core.errors import ConfigError
+
+
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend this machine has CUDA devices 0 and 1 (no MPS)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("cpu", "cpu"), ("auto", "cuda:1"), ("cuda", "cuda:1"), ("cuda:0", "cuda:0"), ("cuda:1", "cuda:1"),
+])
+def test_resolution_with_two_gpus(two_gpus: None, name: str, expected: str) -> None:
+    assert resolve_device(name) == torch.device(expected)
+
+
+def test_missing_cuda_index_names_the_available_devices(two_gpus: None) -> None:
+    with pytest.raises(ConfigError, match=r"'cuda:3' is not available on this machine; available: cpu, cuda:0, cuda:1"):
+        resolve_device("cuda:3")
+
+
+def test_auto_is_the_cpu_without_cuda(no_gpu: None) -> None:
+    assert available_devices() == ["cpu"]
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["mps", "cuda", "cuda:0"])
+def test_absent_device_is_one_clear_error(no_gpu: None, name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"device '{name}' is not available on this machine; available: cpu"):
+        resolve_device(name)
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:", "cuda:x", "CPU", ""])
+def test_malformed_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="device must be auto, cpu, cuda, cuda:N or mps"):
+        resolve_device(name)
+
+
+def test_precision_checks() -> None:
+    cpu = torch.device("cpu")
+    for precision in ("32", "bf16-mixed", "16-mixed"):  # torch autocasts both half types on the CPU
+        check_precision(cpu, precision)
+    with pytest.raises(ConfigError, match="precision must be one of 32, bf16-mixed, 16-mixed"):
+        check_precision(cpu, "64")
+
+
+def test_autocast_and_scaler_follow_the_precision() -> None:
+    cpu = torch.device("cpu")
+    lin = torch.nn.Linear(4, 4)
+    with dev.autocast(cpu, "bf16-mixed"):
+        assert lin(torch.ones(2, 4)).dtype == torch.bfloat16
+    with dev.autocast(cpu, "32"):
+        assert lin(torch.ones(2, 4)).dtype == torch.float32
+    assert dev.grad_scaler(cpu, "32") is None and dev.grad_scaler(cpu, "bf16-mixed") is None
+    assert isinstance(dev.grad_scaler(cpu, "16-mixed"), torch.amp.GradScaler)
+
+
+def test_to_device_keeps_tensors_already_there_and_the_nest() -> None:
+    t = torch.ones(3)
+    tree = {"a": [t, (t, 1)], "b": "x", "c": {"d": None}}
+    out = to_device(tree, torch.device("cpu"))
+    assert out["a"][0] is t and out["a"][1][0] is t  # no copy on the run's own device
+    assert isinstance(out["a"][1], tuple) and out["a"][1][1] == 1 and out["b"] == "x" and out["c"] == {"d": None}
+    half = to_device({"x": t}, torch.device("meta"))
+    assert half["x"].device.type == "meta"
+
+
+def test_check_fits_refuses_with_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    check_fits(10**15, cpu, "data")  # the CPU's free memory is not known: nothing to refuse
+    monkeypatch.setattr(dev, "free_memory", lambda d: 1 * 2**20)
+    check_fits(2**20, cpu, "data")
+    with pytest.raises(ConfigError, match=r"data needs an estimated 3\.0 MiB on cpu, but only 1\.0 MiB are free; "
+                                          r"set data\.on_device=false"):
+        check_fits(3 * 2**20, cpu, "data")
+
+
+def test_environment_names_device_precision_and_versions() -> None:
+    env = environment(torch.device("cpu"), "bf16-mixed", True)
+    assert env["device"] == "cpu" and env["precision"] == "bf16-mixed" and env["deterministic"] is True
+    assert env["torch"] == torch.__version__ and env["cuda"] == torch.version.cuda
+    assert set(env) == {"device", "device_name", "precision", "deterministic", "torch", "cuda", "cudnn"}
