@@ -1,6 +1,8 @@
 """Attack scenarios on Flower (issue 20): ``[attack]`` travels in the run config, so the SuperNode
-whose partition id is an attacker attacks by itself; the server rejects its NaN updates with the
-reason in the records, the run completes, and the records are the in-process engine's."""
+whose partition id is an attacker attacks by itself. NaN updates are rejected with the reason in the
+records and the run completes; a scaled update under the median is accepted and does not throw the
+model off; the records are the in-process engine's, over the in-process Flower path and a loopback
+deployment."""
 
 from __future__ import annotations
 
@@ -35,21 +37,52 @@ def test_an_attacking_supernode_sending_nan_is_rejected_and_the_run_completes(tm
     assert got == records(run_dir.path)
 
 
+def _final_test_loss(run_dir) -> float:
+    return records(run_dir)[-1]["eval"]["mean"]["test_loss"]
+
+
+def test_a_scaling_supernode_under_median_the_run_keeps_learning_where_fedavg_is_thrown_off(tmp_path):
+    """Client 1 sends its update scaled by 100 (valid: finite, within trust.max_abs, BatchNorm statistics
+    as trained), so nothing is rejected: FedAvg's model is thrown off, the median's is not; the Flower
+    path gives the in-process engine's records."""
+    losses = {}
+    for base in ("fedavg", "median"):
+        raw = tiny_raw(rounds=3, local_steps=2)
+        raw.update(out_dir=str(tmp_path / base), method={"base": base, "augs": []},
+                   attack={"kind": "scale", "clients": [1], "scale": 100.0})
+        summary = run_in_process(validate(raw), 3)
+        got = records(summary["run_dir"])
+        assert all(r["attack"] == {"kind": "scale", "clients": [1]} and r["rejected"] == [] for r in got)
+        losses[base] = _final_test_loss(summary["run_dir"])
+        if base == "median":
+            raw["out_dir"] = str(tmp_path / "in-process")
+            _, run_dir = run_experiment(validate(raw), quiet=True)
+            assert got == records(run_dir.path)
+    clean = tiny_raw(rounds=3, local_steps=2)
+    clean.update(out_dir=str(tmp_path / "clean"), method={"base": "median", "augs": []})
+    _, run_dir = run_experiment(validate(clean), quiet=True)
+    assert losses["median"] < 1.1 * _final_test_loss(run_dir.path) < losses["fedavg"] / 10
+
+
 @pytest.mark.slow
-def test_an_attacking_supernode_in_a_loopback_deployment(tmp_path):
-    """The same over a real SuperLink and three SuperNodes started here (``fedaug flower local``'s trial)."""
+def test_an_attacking_supernode_in_a_loopback_deployment_and_the_robust_rule_keeps_the_run_going(tmp_path):
+    """Over a real SuperLink and three SuperNodes started here (``fedaug flower local``'s trial): the
+    SuperNode of partition 2 scales its update by 100; the median keeps the global model on course."""
     from fedaug.engine.flower.app import write_app
     from fedaug.engine.flower.local import LoopbackTrial
 
-    raw = tiny_raw(rounds=1, local_steps=2, min_clients=2)
-    raw.update(out_dir=str(tmp_path / "runs"), attack={"kind": "nan", "clients": [2]})
+    raw = tiny_raw(rounds=2, local_steps=2)
+    raw.update(out_dir=str(tmp_path / "runs"), method={"base": "median", "augs": []},
+               attack={"kind": "scale", "clients": [2], "scale": 100.0})
     cfg = validate(raw)
     trial = LoopbackTrial(write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120), tmp_path, 3)
     with trial.running():
         trial.call(trial.flwr_run(), timeout=420)
     (run_dir,) = (tmp_path / "runs").iterdir()
-    (r1,) = records(run_dir)
-    assert r1["attack"] == {"kind": "nan", "clients": [2]} and r1["dropped"] == []
-    (rejected,) = r1["rejected"]
-    assert rejected["client"] == 2 and "part 'fedavg'" in rejected["reason"] and "non-finite" in rejected["reason"]
-    assert sorted(r1["train"]["clients"]) == ["0", "1"] and "eval" in r1
+    got = records(run_dir)
+    assert [r["round"] for r in got] == [1, 2]
+    assert all(r["attack"] == {"kind": "scale", "clients": [2]} and r["rejected"] == [] and r["dropped"] == []
+               for r in got)
+    raw["out_dir"] = str(tmp_path / "in-process")
+    _, same = run_experiment(validate(raw), quiet=True)
+    assert [r["eval"]["mean"] for r in got] == [r["eval"]["mean"] for r in records(same.path)]
