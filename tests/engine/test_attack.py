@@ -43,6 +43,15 @@ def floats(part):
     return {k: v for k, v in part.items() if v.is_floating_point()}
 
 
+#: the tiny model's buffers (BatchNorm running statistics and counters): update attacks send them as trained
+BUFFERS = frozenset(n for n, _ in sim_of().model.named_buffers())
+
+
+def params(part):
+    """The floating entries an update attack poisons: the model's parameters."""
+    return {k: v for k, v in floats(part).items() if k not in BUFFERS}
+
+
 def assert_same(a, b):
     assert a.keys() == b.keys()
     for k in a:
@@ -57,11 +66,12 @@ def test_sign_flip_uploads_exactly_twice_the_global_minus_the_honest_weights(see
     _, attacked = upload(sim_of({"kind": "sign_flip", "clients": [1]}, seed=seed), 1)
     w_g, w_k, sent = down["fedavg"], honest.message["fedavg"], attacked.message["fedavg"]
     assert sent.keys() == w_k.keys()
+    assert any("running_var" in k for k in BUFFERS)
     for k, t in w_k.items():
-        if t.is_floating_point():
+        if k in params(w_k):
             assert torch.equal(sent[k], 2 * w_g[k] - t), k
             assert not torch.equal(sent[k], t) or torch.equal(t, w_g[k]), k
-        else:  # num_batches_tracked: integer tensors are never touched
+        else:  # running statistics as trained (valid), num_batches_tracked (integer): never touched
             assert torch.equal(sent[k], t), k
     assert attacked.metrics == honest.metrics and attacked.state.keys() == honest.state.keys()
 
@@ -73,13 +83,14 @@ def test_scale_uploads_the_global_weights_plus_s_times_the_update(s, seed):
     _, attacked = upload(sim_of({"kind": "scale", "clients": [0], "scale": s}, seed=seed), 0)
     w_g, w_k, sent = down["fedavg"], honest.message["fedavg"], attacked.message["fedavg"]
     for k, t in floats(w_k).items():
-        torch.testing.assert_close(sent[k], w_g[k] + s * (t - w_g[k]), rtol=0, atol=0)
+        want = w_g[k] + s * (t - w_g[k]) if k not in BUFFERS else t
+        torch.testing.assert_close(sent[k], want, rtol=0, atol=0)
 
 
 def test_scale_defaults_to_ten():
     down, honest = upload(sim_of(), 2)
     _, attacked = upload(sim_of({"kind": "scale", "clients": [2]}), 2)
-    k = sorted(floats(down["fedavg"]))[0]
+    k = sorted(params(down["fedavg"]))[0]
     torch.testing.assert_close(attacked.message["fedavg"][k] - down["fedavg"][k],
                                10 * (honest.message["fedavg"][k] - down["fedavg"][k]))
 
@@ -90,14 +101,14 @@ def test_gaussian_uploads_an_update_of_pure_noise_with_the_std_asked(std, seed):
     sim = sim_of({"kind": "gaussian", "clients": [1], "std": std}, seed=seed)
     down, attacked = upload(sim, 1)
     noise = torch.cat([(attacked.message["fedavg"][k] - w).flatten().double()
-                       for k, w in floats(down["fedavg"]).items()])
+                       for k, w in params(down["fedavg"]).items()])
     n = noise.numel()
     # the sample std of n >= 1000 normals is within 4 standard errors (std / sqrt(2n)) of std
     assert n >= 1000 and abs(float(noise.std()) - std) < 4 * std / math.sqrt(2 * n) + 1e-6 * std
     assert abs(float(noise.mean())) < 4 * std / math.sqrt(n)
     _, again = upload(sim, 1)
     assert_same(again.message["fedavg"], attacked.message["fedavg"])  # the client's own seeded stream
-    first = sorted(floats(down["fedavg"]))[0]
+    first = sorted(params(down["fedavg"]))[0]
     _, next_round = upload(sim, 1, r=2)  # same global weights, the next round's draw
     assert not torch.equal(next_round.message["fedavg"][first], attacked.message["fedavg"][first])
 
@@ -105,7 +116,7 @@ def test_gaussian_uploads_an_update_of_pure_noise_with_the_std_asked(std, seed):
 def test_gaussian_std_defaults_to_one():
     assert DEFAULT_STD == 1.0
     down, attacked = upload(sim_of({"kind": "gaussian", "clients": [0]}), 0)
-    noise = torch.cat([(attacked.message["fedavg"][k] - w).flatten() for k, w in floats(down["fedavg"]).items()])
+    noise = torch.cat([(attacked.message["fedavg"][k] - w).flatten() for k, w in params(down["fedavg"]).items()])
     assert abs(float(noise.std()) - 1.0) < 0.1
 
 
