@@ -6,17 +6,20 @@ accuracy.
 Usage::
 
     nice -n 10 .venv/bin/python experiments/robustness.py run --jobs 2              # skips finished cells
-    nice -n 10 .venv/bin/python experiments/robustness.py run --rules fedavg median trimmed_mean krum
+    nice -n 10 .venv/bin/python experiments/robustness.py run --rules fedavg median  # some rules only
     .venv/bin/python experiments/robustness.py table [--rules ...]                  # writes robustness.md
     .venv/bin/python experiments/robustness.py run --only "Digits-4 | fedavg | sign_flip | 1" --methods FedAvg \\
         --seeds 0                                                                  # one cell
 
-The cells are two ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
+The cells are three ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
 per cell): ``robustness`` (every method; no attack and the kinds that hit the server rule's part or
-the data: sign_flip, scale, gaussian, nan, inf, label_flip) and ``robustness-shared`` (FedFA and FLea
-only: stats and features hit what an augmentation shares, which FedAvg has not). A setting is
-``dataset | server rule | attack kind | attackers``. ``--rules`` takes any server rules fedaug has
-(the robust ones, ``median``, ``trimmed_mean`` and ``krum``, come with their own branch).
+the data: sign_flip, scale, gaussian, nan, inf, label_flip), ``robustness-shared`` (FedFA, FedFA
+with median statistics, and FLea: stats and features hit what an augmentation shares, which FedAvg
+has not) and ``robustness-stats-clean`` (FedFA with median statistics without attack, its
+reference). A setting is ``dataset | server rule | attack kind | attackers``; ``--rules`` takes any
+server rules (default: fedavg, median, trimmed_mean, krum, with :data:`RULE_OPTIONS`). NaN and Inf
+uploads are rejected at the trust boundary before any rule sees them, so they run under fedavg
+only and their rows hold for every rule.
 
 Budget, sized for 2 CPU cores: 8 clients per dataset (Digits-4: 2 per domain, 300 images per
 domain; Fashion-MNIST: a 2,000-image subset, Dir(0.3) label skew), every client every round, 10
@@ -51,8 +54,20 @@ DATASETS: dict[str, dict[str, Any]] = {
 }
 METHODS: dict[str, dict[str, Any]] = {"FedAvg": {}, "FedFA": {"method": {"augs": ["fedfa"]}},
                                       "FLea": {"method": {"augs": ["flea"]}}}
+#: FedFA with the clients' statistics combined by the coordinate-wise median (docs/robustness.md,
+#: "Robust shared statistics"): the "with robust aggregation of the statistics" column of the stats attack
+ROBUST_STATS = {"FedFA, median stats": {"method": {"augs": ["fedfa"], "options": {"fedfa": {"stats_rule": "median"}}}}}
+#: every column of the table
+COLUMNS = {**METHODS, **ROBUST_STATS}
+#: each robust rule's options for 8 clients of which up to 2 attack: Krum assumes f = 2 Byzantine
+#: clients (it needs M > 2f + 2 = 6); the trimmed mean drops floor(0.25 * 8) = 2 values at each end
+#: (at its default beta = 0.1 it would trim nothing of 8)
+RULE_OPTIONS: dict[str, dict[str, Any]] = {"krum": {"f": 2}, "trimmed_mean": {"beta": 0.25}}
 #: kinds that change the server rule's part or the data (every method), and what augmentations share
 MODEL_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf", "label_flip")
+#: kinds whose uploads the trust boundary rejects before any server rule sees them: run under fedavg
+#: only, their rows hold for every rule (the accepted replies, and so the aggregate, are the same)
+REJECTED_KINDS = ("nan", "inf")
 SHARED_KINDS = ("stats", "features")
 #: attackers column -> attack.fraction
 ATTACKERS = {"1": 1 / NUM_CLIENTS, "25 %": 0.25}
@@ -71,23 +86,25 @@ def settings_of(rules: list[str], kinds: tuple[str, ...], with_baseline: bool) -
     for dataset, data in DATASETS.items():
         for rule in rules:
             cells = [NO_ATTACK] if with_baseline else []
-            cells += [(kind, count) for kind in kinds for count in ATTACKERS]
+            cells += [(kind, count) for kind in kinds for count in ATTACKERS
+                      if rule == "fedavg" or kind not in REJECTED_KINDS]
             for kind, count in cells:
                 attack = {"kind": kind} if kind == "none" else {"kind": kind, "fraction": ATTACKERS[count]}
-                out[setting_label(dataset, rule, kind, count)] = {"data": data, "method": {"base": rule},
-                                                                  "attack": attack}
+                method = {"base": rule, **({"options": {rule: RULE_OPTIONS[rule]}} if rule in RULE_OPTIONS else {})}
+                out[setting_label(dataset, rule, kind, count)] = {"data": data, "method": method, "attack": attack}
     return out
 
 
 def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
-    """The two grids (see the module docstring), checked (unknown rules are refused here)."""
+    """The three grids (see the module docstring), checked (unknown rules are refused here)."""
     def spec(name: str, kinds: tuple[str, ...], methods: list[str], baseline: bool) -> GridSpec:
         return parse_grid({"description": "robustness to attacking clients (experiments/robustness.py)",
                            "kind": "stand-in", "base": "digits4", "seeds": seeds, "common": COMMON,
                            "settings": settings_of(rules, kinds, baseline),
-                           "methods": {m: METHODS[m] for m in methods}}, name)
+                           "methods": {m: COLUMNS[m] for m in methods}}, name)
     return {"robustness": spec("robustness", MODEL_KINDS, list(METHODS), True),
-            "robustness-shared": spec("robustness-shared", SHARED_KINDS, ["FedFA", "FLea"], False)}
+            "robustness-shared": spec("robustness-shared", SHARED_KINDS, ["FedFA", *ROBUST_STATS, "FLea"], False),
+            "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True)}
 
 
 def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) -> GridSpec | None:
@@ -133,19 +150,23 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
         if (out / name / "grid.json").is_file():
             for setting, s in summarize(load_grid_results(out / name))["settings"].items():
                 rows.setdefault(setting, {}).update(s["methods"])
-    lines = ["| dataset | server rule | attack | attackers | " + " | ".join(METHODS) + " |",
-             "|---|---|---|---|" + "---:|" * len(METHODS)]
+    lines = ["| dataset | server rule | attack | attackers | " + " | ".join(COLUMNS) + " |",
+             "|---|---|---|---|" + "---:|" * len(COLUMNS)]
     for dataset in DATASETS:
         for rule in rules:
             clean = rows.get(setting_label(dataset, rule, *NO_ATTACK), {})
             for kind, count in [NO_ATTACK] + [(k, c) for k in MODEL_KINDS + SHARED_KINDS for c in ATTACKERS]:
+                if kind in REJECTED_KINDS and rule != "fedavg":
+                    continue  # rejected before the rule: the fedavg rows hold for every rule
                 cells = rows.get(setting_label(dataset, rule, kind, count))
                 texts = []
-                for m in METHODS:
+                for m in COLUMNS:
                     base = clean.get(m, {"n": 0})
                     ref = base["final"]["mean"] if base["n"] and kind != "none" else None
-                    if kind in SHARED_KINDS and not METHODS[m]:  # nothing shared but the weights
+                    if kind in SHARED_KINDS and not COLUMNS[m]:  # nothing shared but the weights
                         texts.append("n/a")
+                    elif m in ROBUST_STATS and kind not in ("none", "stats"):
+                        texts.append("")  # the robust-statistics column answers the stats attack only
                     else:
                         texts.append(_cell(cells[m], ref, len(seeds)) if cells and m in cells else "-")
                 lines.append(f"| {dataset} | {rule} | {kind} | {count} | " + " | ".join(texts) + " |")
@@ -158,13 +179,14 @@ def main() -> None:
     for cmd in ("run", "table"):
         p = sub.add_parser(cmd)
         p.add_argument("--out", type=Path, default=Path("runs/robustness"))
-        p.add_argument("--rules", nargs="+", default=["fedavg"], help="server rules (method.base), e.g. fedavg median")
+        p.add_argument("--rules", nargs="+", default=["fedavg", "median", "trimmed_mean", "krum"],
+                       help="server rules (method.base)")
         p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
         if cmd == "run":
             p.add_argument("--jobs", type=int, default=1)
             p.add_argument("--only", nargs="+", default=None, metavar="SETTING",
                            help='settings to run, e.g. "Digits-4 | fedavg | sign_flip | 1" (default: all)')
-            p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS))
+            p.add_argument("--methods", nargs="+", default=None, choices=list(COLUMNS))
     args = parser.parse_args()
     if args.cmd == "run":
         configure_process(1)  # a script is a process entry point; the cells set their own threads
