@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from fedaug.analysis.attacks import context_attack, reconstruction_attack
+from fedaug.analysis.attacks import ReconstructionResult, context_attack, reconstruction_attack
 from fedaug.analysis.figures import save_reconstructions
 from fedaug.analysis.probe import feature_dcor, global_model, pooled
 from fedaug.config.load import parse_config, read_toml
@@ -102,8 +103,17 @@ def _checkpoints(path: str) -> tuple[RunDir, dict[int, Path]]:
     return run_dir, found
 
 
-def _simulation(path: str, round: int | None = None) -> tuple[Simulation, RunDir]:
-    run_dir, found = _checkpoints(path)
+def restore_run(path: str | Path, round: int | None = None) -> tuple[Simulation, RunDir]:
+    """The simulation of the run directory ``path`` restored from its checkpoint of ``round``
+    (default: the latest kept one), with the run's thread settings applied.
+
+    Raises:
+        ConfigError: the directory holds no checkpoint, or none of ``round``.
+    """
+    run_dir, found = _checkpoints(str(path))
+    if round is not None and round not in found:
+        raise ConfigError(f"'{path}' keeps no checkpoint of round {round}; "
+                          f"kept: {', '.join(map(str, sorted(found)))}")
     cfg = parse_config(read_toml(run_dir.path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
     sim = build_simulation(cfg)
@@ -111,11 +121,34 @@ def _simulation(path: str, round: int | None = None) -> tuple[Simulation, RunDir
     return sim, run_dir
 
 
-def _stage(sim: Simulation, stage: str | None) -> str:
+def shared_stage(sim: Simulation, stage: str | None = None) -> str:
+    """``stage`` if given, else the run's ``flea.stage``, else the model's first feature stage."""
     if stage:
         return stage
     flea = {c.name: c for c in sim.recipe.components}.get("flea")
     return flea.stage if flea is not None else sim.model.feature_stages[0]
+
+
+def pooled_dcor(sim: Simulation, stage: str, samples: int = 512) -> float:
+    """dCor^2 (FLea Eq. 8) between ``samples`` raw training images pooled over the clients (at most
+    all of them) and their features at ``stage`` under the global model, averaged over batches of
+    64 (:func:`~fedaug.analysis.probe.feature_dcor`)."""
+    x, _ = pooled(sim.data, "train", min(samples, sum(len(c.train) for c in sim.data.clients)), sim.cfg.seed)
+    return feature_dcor(global_model(sim), x, stage)
+
+
+def reconstruction(sim: Simulation, stage: str, samples: int = 512,
+                   epochs: int = 20) -> tuple[ReconstructionResult, Tensor]:
+    """The reconstruction attack on the global model's features at ``stage`` (FLea Sec. 4.4, App. D):
+    ``samples`` pooled test images, the decoder trained on the first half and scored (MSE) on the
+    second; returns the attack's result and those second-half originals."""
+    model = global_model(sim)
+    x, _ = pooled(sim.data, "test", samples, sim.cfg.seed)
+    half = x.shape[0] // 2
+    with torch.no_grad():
+        f = forward_front(model, x, stage)
+    res = reconstruction_attack(f[:half], x[:half], f[half:], x[half:], epochs=epochs, seed=sim.cfg.seed)
+    return res, x[half:]
 
 
 def _emit(rows: list[dict[str, Any]], fmt: str) -> int:
@@ -165,9 +198,8 @@ def dcor_rounds(args: argparse.Namespace) -> int:
     """dCor at every kept checkpoint, beside the run's (eps, delta) after that round (:func:`guarantee`)."""
     rows = []
     for r in sorted(_checkpoints(args.run_dir)[1]):
-        sim, run_dir = _simulation(args.run_dir, r)
-        x, _ = pooled(sim.data, "train", min(args.samples, sum(len(c.train) for c in sim.data.clients)), sim.cfg.seed)
-        rows.append({"round": r, "dcor": feature_dcor(global_model(sim), x, _stage(sim, args.stage)),
+        sim, run_dir = restore_run(args.run_dir, r)
+        rows.append({"round": r, "dcor": pooled_dcor(sim, shared_stage(sim, args.stage), args.samples),
                      **guarantee(run_dir.rounds(), r)})
     return _emit(rows, args.format)
 
@@ -177,20 +209,16 @@ def attack(args: argparse.Namespace) -> int:
         raise ConfigError(f"--samples ({args.samples}) must exceed the largest --train-sizes entry "
                           f"({max(args.train_sizes)}): the attacker is tested on the rest; raise --samples or "
                           "lower --train-sizes")
-    sim, run_dir = _simulation(args.run_dir)
+    sim, run_dir = restore_run(args.run_dir)
     dp = guarantee(run_dir.rounds(), sim.round)  # the run's (eps, delta), beside the attack's success
-    model, stage = global_model(sim), _stage(sim, args.stage)
-    x, _ = pooled(sim.data, "test", args.samples, sim.cfg.seed)
-    front = lambda v: forward_front(model, v, stage)  # noqa: E731
+    stage = shared_stage(sim, args.stage)
     if args.kind == "reconstruction":
-        half = x.shape[0] // 2
-        with torch.no_grad():
-            f = front(x)
-        res = reconstruction_attack(f[:half], x[:half], f[half:], x[half:], epochs=args.epochs, seed=sim.cfg.seed)
+        res, originals = reconstruction(sim, stage, args.samples, args.epochs)
         if args.png:
-            save_reconstructions(Path(args.png), x[half:], {"reconstruction": res.reconstructions})
+            save_reconstructions(Path(args.png), originals, {"reconstruction": res.reconstructions})
         return _emit([{"round": sim.round, "stage": stage, "test_mse": res.mse, **dp}], args.format)
-    sizes = args.train_sizes
-    rows = context_attack(lambda g: front(g.squeeze(1)), x, train_sizes=sizes, test_size=x.shape[0] - max(sizes),
-                          seed=sim.cfg.seed)
+    model, sizes = global_model(sim), args.train_sizes
+    x, _ = pooled(sim.data, "test", args.samples, sim.cfg.seed)
+    rows = context_attack(lambda g: forward_front(model, g.squeeze(1), stage), x, train_sizes=sizes,
+                          test_size=x.shape[0] - max(sizes), seed=sim.cfg.seed)
     return _emit([{**row, **dp} for row in rows], args.format)

@@ -16,8 +16,9 @@ from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.flea import FLea
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, merge_buffer,
                                             mix_features, share_indices)
-from fedaug.methods.component import Uplink
-from fedaug.models.split import extract_features
+from fedaug.methods.component import Batch, ClientCtx, Uplink
+from fedaug.models.split import extract_features, forward_front
+from fedaug.privacy.dcor import distance_correlation
 from tests.conftest import tiny_raw
 
 
@@ -114,6 +115,38 @@ def test_dcor_weight_schedule_of_the_public_code():
     flea = FLea(dcor_weight=3.0, dcor_final_weight=1.0, dcor_decay_rounds=20)
     assert [flea.dcor_weight_at(r) for r in (1, 11, 21, 40)] == [3.0, 2.0, 1.0, 1.0]
     assert FLea().dcor_weight_at(50) == 3.0
+
+
+def test_dcor_weight_schedule_golden_values_per_round():
+    # the public code's lambda2 in its 0-based round t: 3 - 0.1 t while t < 20, then 1 (fedaug round r = t + 1)
+    golden = [3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3, 2.2, 2.1, 2.0, 1.9, 1.8, 1.7, 1.6, 1.5, 1.4, 1.3, 1.2, 1.1,
+              1.0, 1.0, 1.0]
+    flea = FLea(dcor_weight=3.0, dcor_final_weight=1.0, dcor_decay_rounds=20)
+    assert [flea.dcor_weight_at(r) for r in range(1, 24)] == pytest.approx(golden, abs=1e-12)
+    assert [FLea(dcor_weight=0.3).dcor_weight_at(r) for r in (1, 20, 100)] == [0.3, 0.3, 0.3]  # paper: constant
+
+
+@pytest.mark.parametrize("squared", [True, False])
+def test_dcor_term_is_between_the_raw_local_batch_and_its_unmixed_features(squared):
+    # Eq. 5 / Eq. 8: L_dec(B) on the local batch B only, f = theta_k[:l](x) before the mixing of Eq. 2,
+    # weighted by lambda2 of the round (Eq. 6)
+    sim = build_simulation(flea_cfg(participation=1.0, num_clients=3, dcor_final_weight=1.0, dcor_squared=squared))
+    sim.run_round(1)  # fills the buffer, so that round 2 mixes
+    flea, cid = sim.recipe.components[1], 0
+    data = sim.data.clients[cid].train
+    ctx = ClientCtx(sim.model, cid, 2, sim.cfg.seed, data, task=sim.task, device=sim.device).view("flea")
+    flea.receive(ctx, flea.downlink(sim.server["flea"], cid), {})
+    sim.model.train()
+    x, y = data.x[:16], data.y[:16]
+    out, target = flea.forward(ctx, Batch(x, y))
+    terms = flea.loss_terms(ctx, target, out)
+    f = forward_front(sim.model, x, "block2")
+    f_mix = flea._batch[3]
+    assert not torch.allclose(f_mix, f)  # the batch was mixed with buffer features
+    want = 2.9 * distance_correlation(x, f, squared=squared)  # lambda2(2) = 3 - 0.1
+    assert float(terms["dcor"].detach()) == pytest.approx(float(want.detach()), rel=1e-5)
+    mixed = 2.9 * distance_correlation(x, f_mix, squared=squared)
+    assert float(terms["dcor"].detach()) != pytest.approx(float(mixed.detach()), rel=1e-3)
 
 
 @pytest.mark.parametrize("options, match", [

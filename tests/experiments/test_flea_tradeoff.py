@@ -1,0 +1,60 @@
+"""experiments/flea_tradeoff.py on a tiny finished grid: FedAvg and FLea at two stages, 2 rounds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from fedaug.report.grid import parse_grid
+from fedaug.report.runner import run_grid
+from tests.report.conftest import tiny_grid_raw
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flea_tradeoff.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("flea_tradeoff", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    def flea(lam: float, stage: str) -> dict:
+        return {"method": {"augs": ["flea"], "options": {"flea": {"stage": stage, "dcor_weight": lam}}}}
+
+    raw = tiny_grid_raw(seeds=[0], methods={"FedAvg": {}, "FLea 3 block1": flea(3.0, "block1"),
+                                            "FLea 0 block2": flea(0.0, "block2")})
+    raw["common"]["train"].update(rounds=2, participation=0.67)
+    out = tmp_path_factory.mktemp("grid") / "tiny_flea"
+    run_grid(parse_grid(raw, "tiny_flea"), out)
+    return out
+
+
+def test_every_cell_gets_dcor_and_mse_at_its_stage_and_fedavg_at_every_stage(grid, tmp_path):
+    tradeoff = load_script()
+    tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
+    cells = json.loads((tmp_path / "tradeoff.json").read_text())
+    where = {(c["method"], c["stage"]): c for c in cells}
+    assert set(where) == {("FedAvg", "block1"), ("FedAvg", "block2"), ("FLea 3 block1", "block1"),
+                          ("FLea 0 block2", "block2")}
+    assert [where[k]["lambda2"] for k in sorted(where)] == [0.0, 3.0, None, None]
+    for c in cells:
+        assert 0 <= c["dcor2"]["mean"] <= 1 and c["mse"]["mean"] > 0 and 0 <= c["final"]["mean"] <= 1
+    # the undefended model at block1 and FLea's at block1 are different models: different dCor^2
+    assert where[("FedAvg", "block1")]["dcor2"]["mean"] != where[("FLea 3 block1", "block1")]["dcor2"]["mean"]
+    assert (tmp_path / "tradeoff.png").stat().st_size > 0
+    assert (tmp_path / "tradeoff.md").read_text().count("\n") == 2 + len(cells)
+
+
+def test_a_rerun_reads_the_cache_instead_of_measuring(grid, tmp_path, monkeypatch):
+    tradeoff = load_script()
+    tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
+    first = (tmp_path / "tradeoff.json").read_text()
+    monkeypatch.setattr(tradeoff, "measure", lambda *a, **k: pytest.fail("measured a cached run again"))
+    tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
+    assert (tmp_path / "tradeoff.json").read_text() == first
