@@ -23,14 +23,15 @@ over 8 clients, every client every round (q = 1: no sampling amplification, the 
 0.9), evaluated every 3 rounds (the best round is picked by validation among those four).
 
 Per mechanism the columns are: no DP (the reference, nothing clipped), z = 0 (clipping only, eps =
-infinity) and four noise multipliers z > 0 chosen to span "as without noise" to "noise dominates",
-each on :data:`SEEDS`. The clip bound C of each mechanism is fixed in :data:`CLIP` from
-``calibrate``: a short no-DP run (seed 0, 5 rounds; 4 for FLea's) that records every unclipped norm
-the mechanism would clip (update norms for DP-FedAvg, the whole statistics upload for FedFA, each
-image's statistics for FedRDN, each shared feature row for FLea). C is the median of the update
-norms for DP-FedAvg (2.62 -> 2.6; the usual choice, McMahan et al. 2018, Andrew et al. 2021) and,
-for statistics and features, whose scale is their meaning, the 90th percentile rounded up (FedFA
-11.13 -> 12, FedRDN 0.61 -> 0.62, FLea 66.2 -> 67), so that clipping rarely rescales them.
+infinity) and four noise multipliers z > 0 (six for DP-FedAvg, whose drop comes early) chosen to
+span "as without noise" to "noise dominates", each on :data:`SEEDS`. The clip bound C of each
+mechanism is fixed in :data:`CLIP` from ``calibrate``: a short no-DP run (seed 0, 5 rounds) that
+records every unclipped norm the mechanism would clip (update norms for DP-FedAvg, the whole
+statistics upload for FedFA, each image's statistics for FedRDN, each shared feature row for FLea).
+C is the median of the update norms for DP-FedAvg (2.62 -> 2.6; the usual choice, McMahan et al.
+2018, Andrew et al. 2021) and, for statistics and features, whose scale is their meaning, the 90th
+percentile rounded up (FedFA 11.13 -> 12, FedRDN 0.61 -> 0.62, FLea 66.2 -> 67), so that clipping
+rarely rescales them.
 ``calibrate`` writes ``calibration.json`` under ``--out``.
 
 ``table`` reads every finished run: final and best mean client test accuracy, and the accountant's
@@ -40,8 +41,8 @@ horizontal lines) and ``privacy_curves.md`` under ``--figures``.
 
 Budget, measured on 2 CPU cores shared with a test suite (load 6-7, ``threads = 1``): one cell of 12
 rounds takes about 80-115 s (FedAvg, FedFA, FedRDN) and about 240 s (FLea); 4 mechanisms x 6
-columns x 2 seeds = 48 cells, about 2 h of one core, so about 1 h with two processes (``--jobs 2``,
-or two invocations with different ``--mechanisms``); on an idle machine about half that. The
+columns (8 for DP-FedAvg) x 2 seeds = 52 cells, about 2 h of one core, so about 1 h with two
+processes (``--jobs 2``, or two invocations with different ``--mechanisms``); less on an idle machine. The
 sweep is seed-major: every mechanism's seed 0 comes first. These are small stand-ins, not the
 papers' settings: absolute accuracies are low; the result is where each curve leaves the no-noise
 level, and at which eps.
@@ -79,7 +80,7 @@ MECHANISMS: dict[str, dict[str, Any]] = {
     "dp_fedavg": {"label": "DP-FedAvg (model update, client-level), FMNIST", "base": "digits4",
                   "common": {**COMMON, "method": {"options": {"fedavg": {"weighting": "uniform"}}}},
                   "component": "fedavg", "keys": ("clip_norm", "noise_multiplier"),
-                  "z": [0.03, 0.1, 0.3, 1.0]},
+                  "z": [0.003, 0.01, 0.03, 0.1, 0.3, 1.0]},
     "fedfa": {"label": "DP FedFA statistics (client-level), FMNIST", "base": "digits4",
               "common": {**COMMON, "method": {"augs": ["fedfa"]}},
               "component": "fedfa", "keys": ("dp_clip", "dp_noise"), "z": [0.01, 0.03, 0.1, 1.0]},
@@ -330,7 +331,7 @@ def main() -> None:
         p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
         p.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
         if cmd == "calibrate":
-            p.add_argument("--rounds", type=int, default=3)
+            p.add_argument("--rounds", type=int, default=5)
         if cmd == "run":
             p.add_argument("--jobs", type=int, default=1)
         if cmd == "table":
