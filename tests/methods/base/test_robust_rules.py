@@ -195,6 +195,20 @@ def test_dp_noise_has_std_z_c_over_m_and_comes_from_the_server_stream():
         rule.aggregate(server, ups)
 
 
+def test_dp_noise_leaves_batchnorm_variances_non_negative():
+    """The noise on the averaged BatchNorm running variances is clamped at 0 (post-processing: no
+    effect on the guarantee); a negative variance would make the global model's normalisation NaN
+    and every client's next upload be refused (uplink_spec: running_var >= 0)."""
+    rule = FedAvg(weighting="uniform", clip_norm=1.0, noise_multiplier=10.0)  # sigma = 5 on variances of 1
+    server = rule.init_server(Net(), 2)
+    ups = [Uplink(k, 10, dict(server["weights"])) for k in range(2)]
+    for seed in range(5):
+        new = rule.aggregate(server, ups, rng=generator(seed, "server", 1, "fedavg", "train"))["weights"]
+        assert (new["bn.running_var"] >= 0).all()
+        assert not torch.equal(new["bn.running_mean"], server["weights"]["bn.running_mean"])  # still noised
+        assert torch.equal(new["bn.num_batches_tracked"], server["weights"]["bn.num_batches_tracked"])
+
+
 def test_no_noise_no_release_and_fedavg_unchanged():
     assert FedAvg().releases == () and FedAvg(clip_norm=1.0).releases == ()
     ups = uplinks(3, samples=[10, 30, 60])

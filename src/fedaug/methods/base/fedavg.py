@@ -214,6 +214,9 @@ class FedAvg(Component):
             std = self.noise_multiplier * self.clip_norm / len(uplinks)  # DP-FedAvg, sigma = z C / m
             new = {k: (v.double() + std * torch.randn(v.shape, generator=rng, dtype=torch.float64)).to(v.dtype)
                    if v.is_floating_point() else v for k, v in new.items()}
+            # post-processing (no effect on the guarantee): a noisy BatchNorm variance below 0 would make
+            # the global model's normalisation NaN and every client's next upload be refused (uplink_spec)
+            new = {k: v.clamp_min(0.0) if k.rsplit(".", 1)[-1] == "running_var" else v for k, v in new.items()}
         return {**server, "weights": new}
 
     def combine(self, parts: Sequence[Part], weights: Sequence[float], keys: Sequence[str]) -> Part:
