@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.core.runtime import configure_process
-from fedaug.core.serialize import atomic_write_text
+from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.grid import GridSpec, parse_grid
 from fedaug.report.runner import cell_dir, find_run, run_grid, write_grid_file
 
@@ -314,7 +314,7 @@ def table(out: Path, figures: Path, mechs: list[str], seeds: list[int]) -> str:
     cal = out / "calibration.json"
     payload = {"delta": DELTA, "seeds": seeds, "mechanisms": res,
                "calibration": json.loads(cal.read_text()) if cal.is_file() else None}
-    atomic_write_text(figures / "privacy_curves.json", json.dumps(payload, indent=1, default=str) + "\n")
+    atomic_write_json(figures / "privacy_curves.json", payload)  # strict JSON: an infinite eps (z = 0) is null
     for mech, r in res.items():
         figure(figures / f"{mech}.png", r)
     text = markdown(res)
