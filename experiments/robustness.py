@@ -22,14 +22,15 @@ uploads are rejected at the trust boundary before any rule sees them, so they ru
 only and their rows hold for every rule.
 
 Budget, sized for 2 CPU cores: 8 clients per dataset (Digits-4: 2 per domain, 300 images per
-domain; Fashion-MNIST: a 2,000-image subset, Dir(0.3) label skew), every client every round, 10
-rounds of 10 local steps (batch 32; the digits4 preset's small CNN and SGD), evaluated after the last
-round. One attacker is ``fraction = 1/8``, 25 % is ``fraction = 0.25`` (2 clients), both chosen from
-the seed. Per server rule: 2 datasets x (1 + 6 kinds x 2 counts) settings x 3 methods + 2 datasets x
-(2 kinds x 2 counts) x 2 methods = 94 cells per seed, 282 runs for 3 seeds. Measured: a Digits-4
-FedAvg run took 65-70 s on one thread of a 2-core machine that other jobs kept at load 5 (clean
-FedAvg reaches 26 % mean client test accuracy at this budget, seed 0), so about 3 h per rule with
-``--jobs 2`` on such a machine; FedFA and FLea runs cost more. Raise ``COMMON`` for stronger models.
+domain; Fashion-MNIST: a 2,000-image subset, Dir(0.3) label skew), every client every round, 20
+rounds of 10 local steps (batch 32; the digits4 preset's small CNN and SGD), evaluated after rounds
+10 and 20. One attacker is ``fraction = 1/8``, 25 % is ``fraction = 0.25`` (2 clients), both chosen
+from the seed. With the four default rules and 3 seeds: 720 + 288 + 24 = 1,032 runs. Measured at 10
+rounds: a Digits-4 FedAvg run took 65-70 s on one thread of a 2-core machine that other jobs kept at
+load 5, and clean FedAvg reached only 26 % mean client test accuracy (seed 0), hence 20 rounds; a
+Fashion-MNIST run of 12 rounds x 10 steps took 35-130 s under load (experiments/privacy_curves.py).
+Expect 6-10 h with ``--jobs 2`` on an otherwise idle 2-core machine: run it over several sessions
+(finished cells are skipped), or per rule with ``--rules``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ REJECTED_KINDS = ("nan", "inf")
 SHARED_KINDS = ("stats", "features")
 #: attackers column -> attack.fraction
 ATTACKERS = {"1": 1 / NUM_CLIENTS, "25 %": 0.25}
-COMMON = {"train": {"rounds": 10, "local_steps": 10, "batch_size": 32}, "eval": {"every": 10},
+COMMON = {"train": {"rounds": 20, "local_steps": 10, "batch_size": 32}, "eval": {"every": 10},
           "checkpoint_every": 10, "threads": 1}
 NO_ATTACK = ("none", "0")
 
