@@ -49,6 +49,7 @@ from fedaug.engine.fleet import Reply
 from fedaug.methods.component import Phase
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import Task
+from fedaug.privacy.noise import add_gaussian_noise
 
 #: kinds that change the server rule's part by default: the model update
 UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf")
@@ -127,11 +128,6 @@ def flip_labels(y: Tensor, num_classes: int) -> Tensor:
     return num_classes - 1 - y
 
 
-def _noise(t: Tensor, g: torch.Generator) -> Tensor:
-    """Standard normal draws of ``t``'s shape, dtype and device (drawn on the CPU from ``g``)."""
-    return torch.randn(t.shape, generator=g).to(device=t.device, dtype=t.dtype)
-
-
 def poison_tensor(kind: str, key: str, t: Tensor, received: Tensor | None, g: torch.Generator, *,
                   scale: float, std: float) -> Tensor:
     """One floating tensor of an attacked part, as the module docstring defines each kind.
@@ -157,14 +153,14 @@ def poison_tensor(kind: str, key: str, t: Tensor, received: Tensor | None, g: to
             return t * scale
         return t + scale if any(s in segment for s in CENTRES) else t
     if kind == "features":
-        return _noise(t, g) * (scale * t.float().std(correction=0)).to(t.dtype)
+        return add_gaussian_noise(torch.zeros_like(t), float(scale * t.float().std(correction=0)), g)
     w_g = torch.zeros_like(t) if received is None else received.to(device=t.device, dtype=t.dtype)
     if kind == "sign_flip":
         return 2 * w_g - t
     if kind == "scale":
         return w_g + scale * (t - w_g)
     if kind == "gaussian":
-        return w_g + std * _noise(t, g)
+        return add_gaussian_noise(w_g, std, g)
     raise ValueError(f"unknown attack kind '{kind}'")
 
 

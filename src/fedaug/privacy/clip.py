@@ -32,9 +32,14 @@ def clip_factor(norm: float, max_norm: float) -> float:
     Raises:
         ValueError: ``max_norm`` is not a finite number > 0.
     """
+    check_bound(max_norm)
+    return 1.0 if norm <= max_norm else max_norm / norm
+
+
+def check_bound(max_norm: float) -> None:
+    """Raise ``ValueError`` unless ``max_norm`` is a finite number > 0 (a clipping bound C)."""
     if not (max_norm > 0 and max_norm < float("inf")):
         raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
-    return 1.0 if norm <= max_norm else max_norm / norm
 
 
 def clip_by_l2(tensors: Mapping[str, Tensor], max_norm: float) -> tuple[dict[str, Tensor], float]:
@@ -77,7 +82,7 @@ def clip_rows(x: Tensor, max_norm: float) -> Tensor:
     >>> clip_rows(torch.tensor([[6.0, 8.0], [0.3, 0.4]]), 5.0).tolist()
     [[3.0, 4.0], [0.30000001192092896, 0.4000000059604645]]
     """
-    clip_factor(0.0, max_norm)  # validates max_norm
+    check_bound(max_norm)
     norms = x.detach().flatten(1).double().norm(dim=1)
     factor = (max_norm / norms.clamp_min(max_norm)).to(x.dtype)
     return x * factor.reshape(-1, *([1] * (x.dim() - 1)))

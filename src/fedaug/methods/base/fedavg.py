@@ -23,6 +23,15 @@ BN_POLICIES = ("average", "local", "drop")
 CLIP_SITES = ("server", "client")
 
 
+#: BatchNorm entries that hold no negative value (a running variance, a batch counter)
+NONNEGATIVE = ("running_var", "num_batches_tracked")
+
+
+def _entry(key: str) -> str:
+    """The last dotted segment of a ``state_dict`` key (``"block1.1.running_var"`` -> ``"running_var"``)."""
+    return key.rsplit(".", 1)[-1]
+
+
 def norm_stat_keys(model: nn.Module) -> list[str]:
     """``state_dict`` keys of the running statistics of every BatchNorm-like layer in ``model``."""
     keys = []
@@ -190,8 +199,7 @@ class FedAvg(Component):
         model's normalisation NaN for everyone)."""
         if phase != "train":
             return {}
-        nonneg = ("running_var", "num_batches_tracked")
-        return {k: dataclasses.replace(TensorSpec.like(v), low=0) if k.rsplit(".", 1)[-1] in nonneg else TensorSpec.like(v)
+        return {k: dataclasses.replace(TensorSpec.like(v), low=0) if _entry(k) in NONNEGATIVE else TensorSpec.like(v)
                 for k, v in server["weights"].items()}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train",
@@ -212,11 +220,12 @@ class FedAvg(Component):
             if rng is None:
                 raise ValueError(f"{self.name}: noise_multiplier > 0 needs the server's random stream (rng)")
             std = self.noise_multiplier * self.clip_norm / len(uplinks)  # DP-FedAvg, sigma = z C / m
-            new = {k: (v.double() + std * torch.randn(v.shape, generator=rng, dtype=torch.float64)).to(v.dtype)
+            new = {k: (v.double() + std * torch.randn(v.shape, generator=rng, dtype=torch.float64,
+                                                      device=rng.device).to(v.device)).to(v.dtype)
                    if v.is_floating_point() else v for k, v in new.items()}
             # post-processing (no effect on the guarantee): a noisy BatchNorm variance below 0 would make
             # the global model's normalisation NaN and every client's next upload be refused (uplink_spec)
-            new = {k: v.clamp_min(0.0) if k.rsplit(".", 1)[-1] == "running_var" else v for k, v in new.items()}
+            new = {k: v.clamp_min(0.0) if _entry(k) == "running_var" else v for k, v in new.items()}
         return {**server, "weights": new}
 
     def combine(self, parts: Sequence[Part], weights: Sequence[float], keys: Sequence[str]) -> Part:
