@@ -11,27 +11,26 @@ Usage::
     .venv/bin/python experiments/robustness.py run --only "Digits-4 | fedavg | sign_flip | 1" --methods FedAvg \\
         --seeds 0                                                                  # one cell
 
-The cells are three ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
+The cells are four ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
 per cell): ``robustness`` (every method; no attack and the kinds that hit the server rule's part or
-the data: sign_flip, scale, gaussian, nan, inf, label_flip), ``robustness-shared`` (FedFA, FedFA
-with median statistics, and FLea: stats and features hit what an augmentation shares, which FedAvg
-has not) and ``robustness-stats-clean`` (FedFA with median statistics without attack, its
-reference). A setting is ``dataset | server rule | attack kind | attackers``; ``--rules`` takes any
-server rules (default: fedavg, median, trimmed_mean, krum, with :data:`RULE_OPTIONS`). NaN and Inf
-uploads are rejected at the trust boundary before any rule sees them, so they run under fedavg
-only and their rows hold for every rule.
+the data: sign_flip, scale, gaussian, nan, inf, label_flip), ``robustness-stats`` (FedFA and FedFA
+with median statistics under poisoned statistics), ``robustness-features`` (FedFA and FLea under
+shared tensors replaced by noise; :data:`SHARED_COLUMNS`) and ``robustness-stats-clean`` (FedFA
+with median statistics without attack, its reference). A setting is
+``dataset | server rule | attack kind | attackers``; ``--rules`` takes any server rules (default:
+fedavg, median, trimmed_mean, krum, with :data:`RULE_OPTIONS`). NaN and Inf uploads are rejected
+at the trust boundary before any rule sees them, so they run under fedavg only and their rows hold
+for every rule.
 
 Budget, sized for 2 CPU cores: 8 clients per dataset (Digits-4: 2 per domain, 300 images per
-domain; Fashion-MNIST: a 2,000-image subset, Dir(0.3) label skew), every client every round, 20
-rounds of 10 local steps (batch 32; the digits4 preset's small CNN and SGD), evaluated after rounds
-10 and 20. One attacker is ``fraction = 1/8``, 25 % is ``fraction = 0.25`` (2 clients), both chosen
-from the seed. With the four default rules and 3 seeds: 720 + 288 + 24 = 1,032 runs. Measured at 10
-rounds: a Digits-4 FedAvg run took 65-70 s on one thread of a 2-core machine that other jobs kept at
-load 5, and clean FedAvg reached only 26 % mean client test accuracy (seed 0), hence 20 rounds; a
-Fashion-MNIST run of 12 rounds x 10 steps took 35-130 s under load (experiments/privacy_curves.py).
-Measured at 20 rounds: about 3 min per cell per job with ``--jobs 2`` on an otherwise idle 2-core
-machine, so about 26 h for the whole grid: run it over several sessions (finished cells are
-skipped), per rule with ``--rules``, or on a GPU.
+domain at 16x16 (the 8x8 UCI digits upsampled: 28x28 adds no detail); Fashion-MNIST: a 2,000-image
+subset, Dir(0.3) label skew), every client every round, 20 rounds of 5 local steps (batch 16;
+small_cnn at width 16 and the digits4 preset's SGD), evaluated after rounds 10 and 20. One attacker
+is ``fraction = 1/8``, 25 % is ``fraction = 0.25`` (2 clients), both chosen from the seed. With the
+four default rules and 3 seeds: 720 + 96 + 96 + 24 = 936 runs, about 13 s each on one thread
+(Fashion-MNIST FLea about 24 s), so about 1.7 h with ``--jobs 2`` on an idle 2-core machine. The
+first budget (28x28, width 32, 10 steps of 32) measured about 3 min per cell per job, 26 h for the
+grid, and FLea's distance correlation alone cost 180 ms a step before it used a Gram matrix.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from fedaug.report.runner import run_grid, write_grid_file
 
 NUM_CLIENTS = 8
 DATASETS: dict[str, dict[str, Any]] = {
-    "Digits-4": {"name": "digits4", "options": {"samples_per_domain": 300, "clients_per_domain": 2}},
+    "Digits-4": {"name": "digits4", "options": {"samples_per_domain": 300, "clients_per_domain": 2, "size": 16}},
     "Fashion-MNIST Dir(0.3)": {"name": "fashion_mnist",
                                "options": {"alpha": 0.3, "samples": 2000, "num_clients": NUM_CLIENTS}},
 }
@@ -67,13 +66,18 @@ COLUMNS = {**METHODS, **ROBUST_STATS}
 RULE_OPTIONS: dict[str, dict[str, Any]] = {"krum": {"f": 2}, "trimmed_mean": {"beta": 0.25}}
 #: kinds that change the server rule's part or the data (every method), and what augmentations share
 MODEL_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf", "label_flip")
+#: the columns each shared-artefact kind runs: ``stats`` changes tensors named like a spread or a
+#: centre (FedFA's statistics; FLea shares none, so it would rerun FLea's clean cell), ``features``
+#: adds noise to every shared tensor (FLea's features, FedFA's statistics)
+SHARED_COLUMNS = {"stats": ["FedFA", *ROBUST_STATS], "features": ["FedFA", "FLea"]}
 #: kinds whose uploads the trust boundary rejects before any server rule sees them: run under fedavg
 #: only, their rows hold for every rule (the accepted replies, and so the aggregate, are the same)
 REJECTED_KINDS = ("nan", "inf")
 SHARED_KINDS = ("stats", "features")
 #: attackers column -> attack.fraction
 ATTACKERS = {"1": 1 / NUM_CLIENTS, "25 %": 0.25}
-COMMON = {"train": {"rounds": 20, "local_steps": 10, "batch_size": 32}, "eval": {"every": 10},
+COMMON = {"model": {"name": "small_cnn", "options": {"width": 16}},
+          "train": {"rounds": 20, "local_steps": 5, "batch_size": 16}, "eval": {"every": 10},
           "checkpoint_every": 10, "threads": 1}
 NO_ATTACK = ("none", "0")
 
@@ -105,7 +109,8 @@ def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
                            "settings": settings_of(rules, kinds, baseline),
                            "methods": {m: COLUMNS[m] for m in methods}}, name)
     return {"robustness": spec("robustness", MODEL_KINDS, list(METHODS), True),
-            "robustness-shared": spec("robustness-shared", SHARED_KINDS, ["FedFA", *ROBUST_STATS, "FLea"], False),
+            **{f"robustness-{kind}": spec(f"robustness-{kind}", (kind,), SHARED_COLUMNS[kind], False)
+               for kind in SHARED_KINDS},
             "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True)}
 
 
@@ -165,8 +170,8 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
                 for m in COLUMNS:
                     base = clean.get(m, {"n": 0})
                     ref = base["final"]["mean"] if base["n"] and kind != "none" else None
-                    if kind in SHARED_KINDS and not COLUMNS[m]:  # nothing shared but the weights
-                        texts.append("n/a")
+                    if kind in SHARED_KINDS and m not in SHARED_COLUMNS[kind] and m not in ROBUST_STATS:
+                        texts.append("n/a")  # nothing of that kind shared (FedAvg: the weights only)
                     elif m in ROBUST_STATS and kind not in ("none", "stats"):
                         texts.append("")  # the robust-statistics column answers the stats attack only
                     else:

@@ -118,3 +118,23 @@ def test_duplicate_rows_at_a_tiny_scale_keep_finite_gradients() -> None:
     c = distance_correlation(x, torch.cat([f, f[:2]]))
     c.backward()
     assert 0.0 < float(c.detach()) <= 1.0 and bool(torch.isfinite(x.grad).all())
+
+
+def _direct(z: torch.Tensor) -> torch.Tensor:
+    return (z.unsqueeze(1) - z.unsqueeze(0)).pow(2).sum(-1)
+
+
+@pytest.mark.parametrize("n, d, offset", [(2, 3, 0.0), (32, 12544, 0.0), (16, 784, 1e3)])
+def test_gram_distances_match_the_differences(n: int, d: int, offset: float) -> None:
+    """The Gram form (centred first) equals the sum of squared differences: to float64 rounding,
+    and to about 1e-6 of the largest distance in float32 even with a large common offset; it is
+    symmetric, non-negative and exactly zero on the diagonal."""
+    from fedaug.privacy.dcor import _squared_distances
+
+    z = torch.randn(n, d, generator=torch.Generator().manual_seed(n), dtype=torch.float64) + offset
+    direct = _direct(z)
+    torch.testing.assert_close(_squared_distances(z), direct, rtol=1e-12, atol=1e-12 * float(direct.max()))
+    sq = _squared_distances(z.float())
+    assert torch.equal(sq, sq.T) and bool((sq >= 0).all()) and bool((sq.diagonal() == 0).all())
+    exact = _direct(z.float().double())  # the float32 input's own distances
+    assert float((sq.double() - exact).abs().max()) < 1e-6 * float(exact.max())
