@@ -15,6 +15,7 @@ from torch import nn
 from fedaug.core.errors import ConfigError
 from fedaug.core.typecheck import fits, is_finite_number
 from fedaug.methods.component import ClientCtx
+from fedaug.methods.robust import STATS_RULES
 from fedaug.privacy.noise import SCALES as NOISE_SCALES
 
 
@@ -76,6 +77,22 @@ def check_choice(owner: str, key: str, value: str, allowed: Sequence[str]) -> st
     if value not in allowed:
         raise ConfigError(f"{owner}.{key} must be one of {', '.join(allowed)}, got {value!r}")
     return value
+
+
+#: ``stats_beta``'s default: the trimmed fraction of ``stats_rule="trimmed_mean"``
+DEFAULT_STATS_BETA = 0.1
+
+
+def check_stats_rule(owner: str, rule: str, beta: float) -> tuple[str, float]:
+    """``(rule, beta)`` of a component's shared-statistics rule (docs/robustness.md): a
+    :class:`ConfigError` for a rule not in :data:`~fedaug.methods.robust.STATS_RULES` or a
+    ``beta`` outside [0, 0.5); a warning when ``beta`` is changed but the rule trims nothing."""
+    rule = check_choice(owner, "stats_rule", rule, STATS_RULES)
+    check_range(f"{owner}.stats_beta", beta, lo=0.0, hi=0.5, hi_open=True)
+    if rule != "trimmed_mean" and beta != DEFAULT_STATS_BETA:
+        warnings.warn(f"{owner}.stats_beta={beta} does nothing with stats_rule={rule!r}; "
+                      "set stats_rule='trimmed_mean' to trim", UserWarning, stacklevel=3)
+    return rule, float(beta)
 
 
 def check_at(name: str, at: Sequence[str] | None) -> list[str] | None:

@@ -92,6 +92,17 @@ def test_featstats_options_refused_and_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FedFA(stats_rule="median")
+        VFDA(stats_rule="trimmed_mean", stats_beta=0.25)
+
+
+@pytest.mark.parametrize("make", [FedFA, VFDA, FedRDN])
+@pytest.mark.parametrize("rule", ["mean", "median"])
+def test_stats_beta_without_trimming_is_warned(make, rule):
+    name = make.__name__.lower()
+    with pytest.warns(UserWarning, match=rf"{name}\.stats_beta=0\.25 does nothing with stats_rule='{rule}'; "
+                                         r"set stats_rule='trimmed_mean'"):
+        aug = make(stats_rule=rule, stats_beta=0.25)
+    assert (aug.stats_rule, aug.stats_beta) == (rule, 0.25)
 
 
 # --- FedRDN -------------------------------------------------------------------------------------

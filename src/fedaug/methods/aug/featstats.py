@@ -26,10 +26,10 @@ from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
-from fedaug.methods.options import (attach_points, check_at, check_choice, check_dp, check_noise, check_probability,
-                                    check_range)
+from fedaug.methods.options import (DEFAULT_STATS_BETA, attach_points, check_at, check_choice, check_dp, check_noise,
+                                    check_probability, check_stats_rule)
 from fedaug.methods.recorded import Recorded
-from fedaug.methods.robust import STATS_RULES, robust_variance
+from fedaug.methods.robust import robust_variance
 from fedaug.privacy.clip import clip_by_l2
 from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
@@ -92,7 +92,7 @@ class FeatureStatsAug(Component, abc.ABC):
     def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", dp_clip: float | None = None,
                  dp_noise: float | None = None, kernel: str = "off", stats_rule: str = "mean",
-                 stats_beta: float = 0.1) -> None:
+                 stats_beta: float = DEFAULT_STATS_BETA) -> None:
         self.at = check_at(self.name, at)
         self.p = check_probability(self.name, "p", p)
         check_noise(self.name, share_noise, share_noise_scale)
@@ -102,9 +102,7 @@ class FeatureStatsAug(Component, abc.ABC):
             raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
                               "kernel when it builds) made a run's numbers depend on the machine; choose one")
         self.kernel = check_choice(self.name, "kernel", kernel, KERNEL_MODES)
-        self.stats_rule = check_choice(self.name, "stats_rule", stats_rule, STATS_RULES)
-        check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
-        self.stats_beta = float(stats_beta)
+        self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.handle: AttachHandle | None = None
 
     def declare_releases(self) -> None:

@@ -13,7 +13,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance, t_modulation
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
-from fedaug.methods.options import check_choice, check_probability, check_range
+from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -75,7 +75,7 @@ class FedFA(FeatureStatsAug):
                  lam: float | None = None, at: Sequence[str] | None = None,
                  official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
-                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
                          dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         self.momentum = check_probability(self.name, "momentum", momentum)

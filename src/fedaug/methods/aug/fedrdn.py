@@ -38,8 +38,8 @@ from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise
-from fedaug.methods.options import check_choice, check_dp, check_noise, check_range
-from fedaug.methods.robust import STATS_RULES, clamp_to_robust_range
+from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_dp, check_noise, check_stats_rule
+from fedaug.methods.robust import clamp_to_robust_range
 from fedaug.privacy.release import GaussianRelease
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
@@ -141,11 +141,9 @@ class FedRDN(Component):
 
     def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", dp_clip: float | None = None,
-                 dp_noise: float | None = None, stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+                 dp_noise: float | None = None, stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
-        self.stats_rule = check_choice(self.name, "stats_rule", stats_rule, STATS_RULES)
-        check_range(f"{self.name}.stats_beta", stats_beta, lo=0.0, hi=0.5, hi_open=True)
-        self.stats_beta = float(stats_beta)
+        self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale
         self.dp_clip, self.dp_noise = check_dp(self.name, dp_clip, dp_noise)
         if self.dp_clip is not None and self.dp_noise > 0:

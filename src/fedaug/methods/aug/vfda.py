@@ -10,7 +10,7 @@ from torch import Tensor
 
 from fedaug.layers.ffa import NOISE_SCALES, FFALayer
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
-from fedaug.methods.options import check_choice, check_probability, check_range
+from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 
@@ -69,7 +69,7 @@ class VFDA(FeatureStatsAug):
                  global_variance: bool = True, noise_scale: str = "variance",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
-                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = 0.1) -> None:
+                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
                          dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         check_range("vfda.eta0", eta0, lo=0.0)
