@@ -3,8 +3,10 @@
 Each case is a method recipe on the tiny synthetic federation of ``tests/conftest.py``; the FFA components
 run their pure-PyTorch path (option ``kernel = "off"``, stated in each case's config), whose numbers do not
 depend on the CPU or on a compiler.
-``python -m tests.engine.replay.cases`` (re)writes ``records/<case>.json``: run it only at a commit whose
-numbers are the reference, and say so in the commit.
+``python -m tests.engine.replay.cases [case ...]`` (re)writes ``records/<case>.json`` in the recorded
+structure (:func:`as_recorded`): run it only at a commit whose numbers are the reference, and say so in the
+commit. The records were written with 2 torch threads (the 2-core CI machine): matrix products split
+differently at another thread count, so the replay holds bit for bit at 2 threads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from fedaug.config.schema import validate
 from fedaug.engine.simulate import build_simulation
+from fedaug.methods.recipe import METHODS
 from tests.conftest import tiny_raw
 
 RECORDS = Path(__file__).with_name("records")
@@ -77,8 +80,28 @@ def run_case(name: str) -> list[dict[str, Any]]:
     return json.loads(json.dumps(records))
 
 
+def legacy_base(case: str) -> str | None:
+    """The case's base when it is a local objective written as a base (``fedprox``), else ``None``."""
+    base = CASES[case][0]
+    return base if METHODS.get(base).role == "objective" else None
+
+
+def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
+    """``records`` in the bb05886 structure: without ``eval.comm``, legacy weights under the objective."""
+    for rec in records:
+        comm = rec["eval"].pop("comm")
+        assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}
+        if legacy_base is not None:
+            for direction in ("down", "up"):
+                parts = rec["comm"][direction]
+                assert parts[legacy_base] == 0
+                parts[legacy_base] = parts.pop("fedavg")
+    return records
+
+
 if __name__ == "__main__":
     RECORDS.mkdir(exist_ok=True)
     for case in sys.argv[1:] or CASES:
-        (RECORDS / f"{case}.json").write_text(json.dumps(run_case(case), indent=1, sort_keys=True) + "\n")
+        records = as_recorded(run_case(case), legacy_base(case))
+        (RECORDS / f"{case}.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
         print("wrote", case)

@@ -18,26 +18,10 @@ import json
 
 import pytest
 
-from fedaug.methods.recipe import METHODS
-from tests.engine.replay.cases import CASES, RECORDS, run_case
-
-
-def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
-    """``records`` in the bb05886 structure: without ``eval.comm``, legacy weights under the objective."""
-    for rec in records:
-        comm = rec["eval"].pop("comm")
-        assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}
-        if legacy_base is not None:
-            for direction in ("down", "up"):
-                parts = rec["comm"][direction]
-                assert parts[legacy_base] == 0
-                parts[legacy_base] = parts.pop("fedavg")
-    return records
+from tests.engine.replay.cases import CASES, RECORDS, as_recorded, legacy_base, run_case
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recorded_run_replays_exactly(case):
-    base = CASES[case][0]
-    legacy = base if METHODS.get(base).role == "objective" else None
     expected = json.loads((RECORDS / f"{case}.json").read_text())
-    assert as_recorded(run_case(case), legacy) == expected
+    assert as_recorded(run_case(case), legacy_base(case)) == expected
