@@ -20,7 +20,10 @@ with median statistics without attack, its reference). A setting is
 ``dataset | server rule | attack kind | attackers``; ``--rules`` takes any server rules (default:
 fedavg, median, trimmed_mean, krum, with :data:`RULE_OPTIONS`). NaN and Inf uploads are rejected
 at the trust boundary before any rule sees them, so they run under fedavg only and their rows hold
-for every rule.
+for every rule. A run that stops with an error (an attack that drives the global model so far that
+every client's upload of a round is rejected: "only 0 of 8 uploads passed validation") is a result,
+not a crash of the grid: it is listed in the grid's ``collapsed.json`` and counted in its cell
+(``collapsed k/3``), and the other cells run on.
 
 Budget, sized for 2 CPU cores: 8 clients per dataset (Digits-4: 2 per domain, 300 images per
 domain at 16x16 (the 8x8 UCI digits upsampled: 28x28 adds no detail); Fashion-MNIST: a 2,000-image
@@ -38,15 +41,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 from fedaug.core.runtime import configure_process
-from fedaug.core.serialize import atomic_write_text
+from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.grid import GridSpec, parse_grid
 from fedaug.report.results import load_grid_results, summarize
-from fedaug.report.runner import run_grid, write_grid_file
+from fedaug.report.runner import CellError, run_grid, write_grid_file
 
 NUM_CLIENTS = 8
 DATASETS: dict[str, dict[str, Any]] = {
@@ -85,6 +89,9 @@ COMMON = {"model": {"name": "small_cnn", "options": {"width": 16}},
           "train": {"rounds": 20, "batch_size": 16}, "eval": {"every": 10},
           "checkpoint_every": 10, "threads": 1}
 NO_ATTACK = ("none", "0")
+#: the runs that stopped with an error (every upload of a round rejected: the attack broke the
+#: federation), one file per grid; a later ``run`` retries them and records them again
+COLLAPSED = "collapsed.json"
 
 
 def setting_label(dataset: str, rule: str, kind: str, attackers: str) -> str:
@@ -137,32 +144,56 @@ def run(out: Path, rules: list[str], seeds: list[int], jobs: int, only: list[str
         part = subset(spec, only, methods)
         if part is None:
             continue
-        run_grid(part, out / name, jobs, on_done=lambda k, n, o: print(f"[{k}/{n}] {o.cell.label}: {o.status}",
-                                                                          flush=True))
+        try:
+            outcomes = run_grid(part, out / name, jobs, keep_going=True,
+                                on_done=lambda k, n, o: print(f"[{k}/{n}] {o.cell.label}: {o.status}", flush=True))
+        except CellError as exc:  # a federation the attack broke: a result, kept for the table
+            outcomes = exc.outcomes
+        collapsed = load_collapsed(out / name)
+        for o in outcomes:
+            if o.status == "failed":
+                collapsed[o.cell.label] = {"setting": o.cell.setting, "method": o.cell.method,
+                                           "seed": o.cell.seed, "error": o.error}
+            elif o.status != "busy":
+                collapsed.pop(o.cell.label, None)
+        atomic_write_json(out / name / COLLAPSED, collapsed)
         write_grid_file(spec, out / name)  # grid.json describes the whole grid, finished or not
 
 
-def _cell(stat: dict[str, Any], clean: float | None, seeds: int) -> str:
-    """``"61.20 ± 1.10 (-12.3)"``: final accuracy (%) over seeds and its drop from the same
-    method without attack; ``-`` when no run finished, ``[n=k]`` when fewer than ``seeds`` did."""
+def load_collapsed(grid_dir: Path) -> dict[str, dict[str, Any]]:
+    """The grid's failed cells (:data:`COLLAPSED`): cell label -> setting, method, seed, error."""
+    path = grid_dir / COLLAPSED
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _cell(stat: dict[str, Any], clean: float | None, seeds: int, collapsed: int = 0) -> str:
+    """``"61.20 ± 1.10 (-12.3)"``: final accuracy (%) over the finished seeds and its drop from the
+    same method without attack; ``collapsed k/seeds`` for runs the attack stopped (every upload of a
+    round rejected); ``-`` when no run ended, ``[n=k]`` when fewer than ``seeds`` did."""
+    broke = f"collapsed {collapsed}/{seeds}"
     if stat["n"] == 0:
-        return "-"
+        return broke if collapsed else "-"
     mean, std = stat["final"]["mean"], stat["final"]["std"]
     if math.isnan(mean):
         return "no score (evaluations rejected)"
     text = f"{100 * mean:.2f} ± {100 * (0.0 if math.isnan(std) else std):.2f}"
     if clean is not None:
         text += f" ({100 * (mean - clean):+.1f})"
-    return text + ("" if stat["n"] == seeds else f" [n={stat['n']}]")
+    text += f", {broke}" if collapsed else ""
+    return text + ("" if stat["n"] + collapsed == seeds else f" [n={stat['n'] + collapsed}]")
 
 
 def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     """The Markdown table: one row per setting, one column per method."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
+    broken: dict[tuple[str, str], int] = {}  # (setting, method) -> collapsed seeds
     for name in grids(rules, seeds):
         if (out / name / "grid.json").is_file():
             for setting, s in summarize(load_grid_results(out / name))["settings"].items():
                 rows.setdefault(setting, {}).update(s["methods"])
+            for c in load_collapsed(out / name).values():
+                if c["seed"] in seeds:
+                    broken[c["setting"], c["method"]] = broken.get((c["setting"], c["method"]), 0) + 1
     lines = ["| dataset | server rule | attack | attackers | " + " | ".join(COLUMNS) + " |",
              "|---|---|---|---|" + "---:|" * len(COLUMNS)]
     for dataset in DATASETS:
@@ -171,7 +202,8 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
             for kind, count in [NO_ATTACK] + [(k, c) for k in MODEL_KINDS + SHARED_KINDS for c in ATTACKERS]:
                 if kind in REJECTED_KINDS and rule != "fedavg":
                     continue  # rejected before the rule: the fedavg rows hold for every rule
-                cells = rows.get(setting_label(dataset, rule, kind, count))
+                label = setting_label(dataset, rule, kind, count)
+                cells = rows.get(label)
                 texts = []
                 for m in COLUMNS:
                     base = clean.get(m, {"n": 0})
@@ -181,7 +213,8 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
                     elif m in ROBUST_STATS and kind not in ("none", "stats"):
                         texts.append("")  # the robust-statistics column answers the stats attack only
                     else:
-                        texts.append(_cell(cells[m], ref, len(seeds)) if cells and m in cells else "-")
+                        stat = cells[m] if cells and m in cells else {"n": 0}
+                        texts.append(_cell(stat, ref, len(seeds), broken.get((label, m), 0)))
                 lines.append(f"| {dataset} | {rule} | {kind} | {count} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 

@@ -1,0 +1,58 @@
+"""experiments/robustness.py: the grid's size and shape, and the table's cells (collapsed runs included)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from fedaug.report.runner import write_grid_file
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "robustness.py"
+RULES = ["fedavg", "median", "trimmed_mean", "krum"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("robustness", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grid_sizes_and_shape():
+    rob = load_script()
+    specs = rob.grids(RULES, [0, 1, 2])
+    runs = {name: len(s.settings) * len(s.methods) * len(s.seeds) for name, s in specs.items()}
+    assert runs == {"robustness": 720, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24}
+    main = specs["robustness"].settings
+    assert "Digits-4 | fedavg | nan | 1" in main and "Digits-4 | median | nan | 1" not in main  # rejected first
+    cell = main["Fashion-MNIST Dir(0.3) | krum | scale | 25 %"]
+    assert cell["attack"] == {"kind": "scale", "fraction": 0.25}
+    assert cell["method"] == {"base": "krum", "options": {"krum": {"f": 2}}}
+    assert cell["train"] == {"local_steps": 5} and main["Digits-4 | fedavg | none | 0"]["train"] == {"local_steps": 10}
+    assert list(specs["robustness-stats"].methods) == ["FedFA", "FedFA, median stats"]
+    assert list(specs["robustness-features"].methods) == ["FedFA", "FLea"]
+
+
+def test_cell_text():
+    rob = load_script()
+    stat = {"n": 2, "final": {"mean": 0.5, "std": 0.01}}
+    assert rob._cell(stat, 0.6, 3) == "50.00 ± 1.00 (-10.0) [n=2]"
+    assert rob._cell(stat, 0.6, 3, collapsed=1) == "50.00 ± 1.00 (-10.0), collapsed 1/3"
+    assert rob._cell({"n": 0}, None, 3, collapsed=3) == "collapsed 3/3"
+    assert rob._cell({"n": 0}, None, 3) == "-"
+
+
+def test_table_shows_collapsed_runs_and_what_an_attack_cannot_hit(tmp_path):
+    rob = load_script()
+    specs = rob.grids(RULES, [0])
+    write_grid_file(specs["robustness"], tmp_path / "robustness")
+    label = "Digits-4 | fedavg | scale | 25 %"
+    (tmp_path / "robustness" / rob.COLLAPSED).write_text(json.dumps(
+        {f"{label} | FLea | seed 0": {"setting": label, "method": "FLea", "seed": 0, "error": "round 6: ..."}}))
+    lines = rob.table(tmp_path, RULES, [0]).splitlines()
+    assert lines[0] == "| dataset | server rule | attack | attackers | FedAvg | FedFA | FLea | FedFA, median stats |"
+    assert "| Digits-4 | fedavg | scale | 25 % | - | - | collapsed 1/1 |  |" in lines
+    # FedAvg shares no statistics, FLea none either; only FedFA (and its robust variant) can be hit
+    assert "| Digits-4 | median | stats | 1 | n/a | - | n/a | - |" in lines
+    assert "| Digits-4 | median | features | 1 | n/a | - | - |  |" in lines
