@@ -96,3 +96,10 @@ def test_official_option_in_a_local_step():
 def test_unknown_normalization_is_a_config_error():
     with pytest.raises(ConfigError, match=r"feddecorr\.normalization must be one of paper, official, got 'flower'"):
         FedDecorr(normalization="flower")
+
+
+def test_official_needs_two_features():
+    with pytest.raises(ConfigError, match=r"feddecorr\.normalization='official' .* D >= 2 features, got D=1; "
+                                          r"use normalization='paper'"):
+        decorrelation_loss(torch.randn(8, 1), normalization="official")
+    assert float(decorrelation_loss(torch.randn(8, 1))) == pytest.approx(1.0, abs=1e-6)  # paper: (1 / 1)^2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from fedaug.core.errors import ConfigError
 from fedaug.methods._common import feature_tap
 from fedaug.methods.options import check_choice, check_range, warn_like_fedavg
 from fedaug.methods.component import Batch, ClientCtx, Component
@@ -39,6 +40,10 @@ def decorrelation_loss(z: Tensor, eps: float = 1e-8, normalization: str = "paper
         zs = (z - z.mean(0)) / (z.var(0, unbiased=False) + eps).sqrt()
         return (zs.T @ zs / b).pow(2).sum() / d**2
     if normalization == "official":
+        if d < 2:
+            raise ConfigError(f"feddecorr.normalization='official' averages over the D(D-1) off-diagonal "
+                              f"correlations and needs a representation of D >= 2 features, got D={d}; "
+                              "use normalization='paper'")
         zs = (z - z.mean(0)) / (z.var(0, unbiased=True) + eps).sqrt()
         m = zs.T @ zs
         return (m.pow(2).sum() - m.diagonal().pow(2).sum()) / (d * (d - 1) * b)
