@@ -187,8 +187,9 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     """The Markdown table: one row per setting, one column per method."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     broken: dict[tuple[str, str], int] = {}  # (setting, method) -> collapsed seeds
-    for name in grids(rules, seeds):
-        if (out / name / "grid.json").is_file():
+    for name, spec in grids(rules, seeds).items():
+        if (out / name).is_dir():
+            write_grid_file(spec, out / name)  # the seeds asked for, whichever invocation ran which
             for setting, s in summarize(load_grid_results(out / name))["settings"].items():
                 rows.setdefault(setting, {}).update(s["methods"])
             for c in load_collapsed(out / name).values():
