@@ -69,6 +69,12 @@ METHODS: dict[str, dict[str, Any]] = {"FedAvg": {}, "FedFA": {"method": {"augs":
 ROBUST_STATS = {"FedFA, median stats": {"method": {"augs": ["fedfa"], "options": {"fedfa": {"stats_rule": "median"}}}}}
 #: every column of the table
 COLUMNS = {**METHODS, **ROBUST_STATS}
+#: FedFA's "direct fusion" variant (Table 7: the clients add the shared variances themselves), with
+#: the mean and the median of the statistics: its noise grows with a poisoned variance without
+#: bound, where the default variant's gamma (Eq. 6) sums to C whatever the variances are
+DIRECT = {"FedFA direct": {"method": {"augs": ["fedfa"], "options": {"fedfa": {"variance": "direct"}}}},
+          "FedFA direct, median stats": {"method": {"augs": ["fedfa"], "options": {
+              "fedfa": {"variance": "direct", "stats_rule": "median"}}}}}
 #: each robust rule's options for 8 clients of which up to 2 attack: Krum assumes f = 2 Byzantine
 #: clients (it needs M > 2f + 2 = 6); the trimmed mean drops floor(0.25 * 8) = 2 values at each end
 #: (at its default beta = 0.1 it would trim nothing of 8)
@@ -115,16 +121,18 @@ def settings_of(rules: list[str], kinds: tuple[str, ...], with_baseline: bool) -
 
 
 def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
-    """The three grids (see the module docstring), checked (unknown rules are refused here)."""
-    def spec(name: str, kinds: tuple[str, ...], methods: list[str], baseline: bool) -> GridSpec:
+    """The grids (see the module docstring), checked (unknown rules are refused here)."""
+    def spec(name: str, kinds: tuple[str, ...], methods: list[str], baseline: bool,
+             on: list[str] = rules) -> GridSpec:
         return parse_grid({"description": "robustness to attacking clients (experiments/robustness.py)",
                            "kind": "stand-in", "base": "digits4", "seeds": seeds, "common": COMMON,
-                           "settings": settings_of(rules, kinds, baseline),
-                           "methods": {m: COLUMNS[m] for m in methods}}, name)
+                           "settings": settings_of(on, kinds, baseline),
+                           "methods": {m: {**COLUMNS, **DIRECT}[m] for m in methods}}, name)
     return {"robustness": spec("robustness", MODEL_KINDS, list(METHODS), True),
             **{f"robustness-{kind}": spec(f"robustness-{kind}", (kind,), SHARED_COLUMNS[kind], False)
                for kind in SHARED_KINDS},
-            "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True)}
+            "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True),
+            "robustness-stats-direct": spec("robustness-stats-direct", ("stats",), list(DIRECT), True, ["fedavg"])}
 
 
 def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) -> GridSpec | None:
@@ -166,6 +174,15 @@ def load_collapsed(grid_dir: Path) -> dict[str, dict[str, Any]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def collapsed_counts(grid_dir: Path, seeds: list[int]) -> dict[tuple[str, str], int]:
+    """(setting, method) -> how many of ``seeds`` collapsed, from the grid's :data:`COLLAPSED`."""
+    counts: dict[tuple[str, str], int] = {}
+    for c in load_collapsed(grid_dir).values():
+        if c["seed"] in seeds:
+            counts[c["setting"], c["method"]] = counts.get((c["setting"], c["method"]), 0) + 1
+    return counts
+
+
 def _cell(stat: dict[str, Any], clean: float | None, seeds: int, collapsed: int = 0) -> str:
     """``"61.20 ± 1.10 (-12.3)"``: final accuracy (%) over the finished seeds and its drop from the
     same method without attack; ``collapsed k/seeds`` for runs the attack stopped (every upload of a
@@ -192,9 +209,7 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
             write_grid_file(spec, out / name)  # the seeds asked for, whichever invocation ran which
             for setting, s in summarize(load_grid_results(out / name))["settings"].items():
                 rows.setdefault(setting, {}).update(s["methods"])
-            for c in load_collapsed(out / name).values():
-                if c["seed"] in seeds:
-                    broken[c["setting"], c["method"]] = broken.get((c["setting"], c["method"]), 0) + 1
+            broken.update(collapsed_counts(out / name, seeds))
     lines = ["| dataset | server rule | attack | attackers | " + " | ".join(COLUMNS) + " |",
              "|---|---|---|---|" + "---:|" * len(COLUMNS)]
     for dataset in DATASETS:
@@ -220,6 +235,28 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def direct_table(out: Path, seeds: list[int]) -> str:
+    """The Markdown table of the ``robustness-stats-direct`` grid: FedFA's direct variant under
+    poisoned statistics, mean against median statistics (server rule fedavg)."""
+    spec = grids(["fedavg"], seeds)["robustness-stats-direct"]
+    if not (out / spec.name).is_dir():
+        return ""
+    write_grid_file(spec, out / spec.name)
+    rows = summarize(load_grid_results(out / spec.name))["settings"]
+    broken = collapsed_counts(out / spec.name, seeds)
+    lines = ["| dataset | attack | attackers | " + " | ".join(DIRECT) + " |", "|---|---|---|" + "---:|" * len(DIRECT)]
+    for dataset in DATASETS:
+        clean = rows.get(setting_label(dataset, "fedavg", *NO_ATTACK), {"methods": {}})["methods"]
+        for kind, count in [NO_ATTACK, ("stats", "1"), ("stats", "25 %")]:
+            label = setting_label(dataset, "fedavg", kind, count)
+            cells = rows.get(label, {"methods": {}})["methods"]
+            texts = [_cell(cells.get(m, {"n": 0}),
+                           clean[m]["final"]["mean"] if kind != "none" and clean.get(m, {"n": 0})["n"] else None,
+                           len(seeds), broken.get((label, m), 0)) for m in DIRECT]
+            lines.append(f"| {dataset} | {kind} | {count} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -233,12 +270,12 @@ def main() -> None:
             p.add_argument("--jobs", type=int, default=1)
             p.add_argument("--only", nargs="+", default=None, metavar="SETTING",
                            help='settings to run, e.g. "Digits-4 | fedavg | sign_flip | 1" (default: all)')
-            p.add_argument("--methods", nargs="+", default=None, choices=list(COLUMNS))
+            p.add_argument("--methods", nargs="+", default=None, choices=[*COLUMNS, *DIRECT])
     args = parser.parse_args()
     if args.cmd == "run":
         configure_process(1)  # a script is a process entry point; the cells set their own threads
         run(args.out, args.rules, args.seeds, args.jobs, args.only, args.methods)
-    text = table(args.out, args.rules, args.seeds)
+    text = table(args.out, args.rules, args.seeds) + "\n\n" + direct_table(args.out, args.seeds)
     atomic_write_text(args.out / "robustness.md", text + "\n")
     print(text)
     print("\nfinal mean client test accuracy (%), mean ± std over seeds (change from the same method without "

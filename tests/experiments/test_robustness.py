@@ -23,7 +23,13 @@ def test_grid_sizes_and_shape():
     rob = load_script()
     specs = rob.grids(RULES, [0, 1, 2])
     runs = {name: len(s.settings) * len(s.methods) * len(s.seeds) for name, s in specs.items()}
-    assert runs == {"robustness": 720, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24}
+    assert runs == {"robustness": 720, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24,
+                    "robustness-stats-direct": 36}
+    direct = specs["robustness-stats-direct"]
+    assert list(direct.settings) == [f"{d} | fedavg | {k}" for d in rob.DATASETS
+                                     for k in ("none | 0", "stats | 1", "stats | 25 %")]
+    assert direct.methods["FedFA direct, median stats"]["method"]["options"]["fedfa"] == {
+        "variance": "direct", "stats_rule": "median"}
     main = specs["robustness"].settings
     assert "Digits-4 | fedavg | nan | 1" in main and "Digits-4 | median | nan | 1" not in main  # rejected first
     cell = main["Fashion-MNIST Dir(0.3) | krum | scale | 25 %"]
@@ -56,3 +62,17 @@ def test_table_shows_collapsed_runs_and_what_an_attack_cannot_hit(tmp_path):
     # FedAvg shares no statistics, FLea none either; only FedFA (and its robust variant) can be hit
     assert "| Digits-4 | median | stats | 1 | n/a | - | n/a | - |" in lines
     assert "| Digits-4 | median | features | 1 | n/a | - | - |  |" in lines
+
+
+def test_direct_table_counts_collapsed_runs(tmp_path):
+    rob = load_script()
+    spec = rob.grids(RULES, [0, 1])["robustness-stats-direct"]
+    write_grid_file(spec, tmp_path / spec.name)
+    label = "Fashion-MNIST Dir(0.3) | fedavg | stats | 25 %"
+    (tmp_path / spec.name / rob.COLLAPSED).write_text(json.dumps(
+        {f"{label} | FedFA direct | seed {k}": {"setting": label, "method": "FedFA direct", "seed": k, "error": "..."}
+         for k in (0, 1, 2)}))  # seed 2 is not asked for
+    lines = rob.direct_table(tmp_path, [0, 1]).splitlines()
+    assert lines[0] == "| dataset | attack | attackers | FedFA direct | FedFA direct, median stats |"
+    assert "| Fashion-MNIST Dir(0.3) | stats | 25 % | collapsed 2/2 | - |" in lines
+    assert rob.direct_table(tmp_path / "elsewhere", [0, 1]) == ""
