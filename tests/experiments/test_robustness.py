@@ -23,7 +23,7 @@ def test_grid_sizes_and_shape():
     rob = load_script()
     specs = rob.grids(RULES, [0, 1, 2])
     runs = {name: len(s.settings) * len(s.methods) * len(s.seeds) for name, s in specs.items()}
-    assert runs == {"robustness": 720, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24,
+    assert runs == {"robustness": 828, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24,
                     "robustness-stats-direct": 36}
     direct = specs["robustness-stats-direct"]
     assert list(direct.settings) == [f"{d} | fedavg | {k}" for d in rob.DATASETS
@@ -31,7 +31,7 @@ def test_grid_sizes_and_shape():
     assert direct.methods["FedFA direct, median stats"]["method"]["options"]["fedfa"] == {
         "variance": "direct", "stats_rule": "median"}
     main = specs["robustness"].settings
-    assert "Digits-4 | fedavg | nan | 1" in main and "Digits-4 | median | nan | 1" not in main  # rejected first
+    assert "Digits-4 | median | nan | 1" in main and "Digits-4 | median | inf | 1" not in main  # inf as nan
     cell = main["Fashion-MNIST Dir(0.3) | krum | scale | 25 %"]
     assert cell["attack"] == {"kind": "scale", "fraction": 0.25}
     assert cell["method"] == {"base": "krum", "options": {"krum": {"f": 2}}}
