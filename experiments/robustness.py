@@ -100,6 +100,8 @@ NO_ATTACK = ("none", "0")
 #: the runs that stopped with an error (every upload of a round rejected: the attack broke the
 #: federation), one file per grid; a later ``run`` retries them and records them again
 COLLAPSED = "collapsed.json"
+#: the grid of FedFA's direct variant (:data:`DIRECT`), tabulated apart by :func:`direct_table`
+DIRECT_GRID = "robustness-stats-direct"
 
 
 def setting_label(dataset: str, rule: str, kind: str, attackers: str) -> str:
@@ -134,7 +136,7 @@ def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
             **{f"robustness-{kind}": spec(f"robustness-{kind}", (kind,), SHARED_COLUMNS[kind], False)
                for kind in SHARED_KINDS},
             "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True),
-            "robustness-stats-direct": spec("robustness-stats-direct", ("stats",), list(DIRECT), True, ["fedavg"])}
+            DIRECT_GRID: spec(DIRECT_GRID, ("stats",), list(DIRECT), True, ["fedavg"])}
 
 
 def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) -> GridSpec | None:
@@ -202,16 +204,23 @@ def _cell(stat: dict[str, Any], clean: float | None, seeds: int, collapsed: int 
     return text + ("" if stat["n"] + collapsed == seeds else f" [n={stat['n'] + collapsed}]")
 
 
+def finished(out: Path, spec: GridSpec, seeds: list[int]) -> tuple[dict[str, Any], dict[tuple[str, str], int]]:
+    """The grid's summary per setting (:func:`summarize`) over ``seeds`` and its collapsed counts
+    (:func:`collapsed_counts`); grid.json is rewritten for ``seeds`` first, whichever invocation ran which."""
+    write_grid_file(spec, out / spec.name)
+    return summarize(load_grid_results(out / spec.name))["settings"], collapsed_counts(out / spec.name, seeds)
+
+
 def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     """The Markdown table: one row per setting, one column per method."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     broken: dict[tuple[str, str], int] = {}  # (setting, method) -> collapsed seeds
     for name, spec in grids(rules, seeds).items():
-        if (out / name).is_dir():
-            write_grid_file(spec, out / name)  # the seeds asked for, whichever invocation ran which
-            for setting, s in summarize(load_grid_results(out / name))["settings"].items():
+        if name != DIRECT_GRID and (out / name).is_dir():
+            settings, counts = finished(out, spec, seeds)
+            for setting, s in settings.items():
                 rows.setdefault(setting, {}).update(s["methods"])
-            broken.update(collapsed_counts(out / name, seeds))
+            broken.update(counts)
     lines = ["| dataset | server rule | attack | attackers | " + " | ".join(COLUMNS) + " |",
              "|---|---|---|---|" + "---:|" * len(COLUMNS)]
     for dataset in DATASETS:
@@ -240,12 +249,10 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
 def direct_table(out: Path, seeds: list[int]) -> str:
     """The Markdown table of the ``robustness-stats-direct`` grid: FedFA's direct variant under
     poisoned statistics, mean against median statistics (server rule fedavg)."""
-    spec = grids(["fedavg"], seeds)["robustness-stats-direct"]
+    spec = grids(["fedavg"], seeds)[DIRECT_GRID]
     if not (out / spec.name).is_dir():
         return ""
-    write_grid_file(spec, out / spec.name)
-    rows = summarize(load_grid_results(out / spec.name))["settings"]
-    broken = collapsed_counts(out / spec.name, seeds)
+    rows, broken = finished(out, spec, seeds)
     lines = ["| dataset | attack | attackers | " + " | ".join(DIRECT) + " |", "|---|---|---|" + "---:|" * len(DIRECT)]
     for dataset in DATASETS:
         clean = rows.get(setting_label(dataset, "fedavg", *NO_ATTACK), {"methods": {}})["methods"]

@@ -76,7 +76,7 @@ def centred_distances(z: Tensor, eps: float = 1e-12) -> Tensor:
         return z.new_zeros(n, n) * z.sum()
     sq = _squared_distances(z)
     sq = sq * _power_of_two_scale(sq)
-    e = torch.sqrt(sq.clamp_min(eps)) * (1 - torch.eye(z.shape[0], dtype=z.dtype, device=z.device))
+    e = torch.sqrt(sq.clamp_min(eps)) * (1 - torch.eye(n, dtype=z.dtype, device=z.device))
     return e - e.mean(0, keepdim=True) - e.mean(1, keepdim=True) + e.mean()
 
 
