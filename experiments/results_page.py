@@ -43,6 +43,7 @@ TABLES = [
     ("FLea Table 1: scarce, label-skewed clients", "flea_table1_fmnist", False),
     ("FLea Fig. 2: accuracy as local data gets scarce (IID)", "flea_fig2_fmnist", True),
     ("VFDA Table 2: segmentation with and without VFDA", "vfda_table2_brain_mri", False),
+    ("VFDA Table 2 in 3D on four simulated scanner sites", "vfda_sites_brain_mri_3d", False),
 ]
 
 #: where the sweep figures go, relative to the page

@@ -8,16 +8,20 @@ clients' running statistics, Eq. 5). Eq. 6 writes the draw as ``N(mu, Sigma^2)``
 (``noise_scale = "variance"``, fedaug's default). This script measures ``s / sigma`` per FFA layer
 under both readings on the VFDA presets' models and data, built as ``fedaug run`` builds them:
 
-1. the preset with ``train.rounds = 1`` and ``train.local_steps = STEPS``: one FedAvg + VFDA round, so
-   every client has running statistics and the server its variances (``var_mu``, ``var_sigma``);
-2. the round's global model (without FFA layers), in training mode as the FFA layers see it, on one
+1. the preset (plus any ``--set`` overrides) trained for ``--rounds`` rounds (default 1) of ``--steps``
+   local steps (default 5; ``--steps 0`` keeps the preset's local epochs), so every client has
+   running statistics and the server its variances (``var_mu``, ``var_sigma``) from the last round;
+2. the last round's global model (without FFA layers), in training mode as the FFA layers see it, on one
    training batch per client: per layer, each sample's channel mean ``mu`` and std ``sigma``
    ``(B, C)``, their batch variances ``v`` ``(C,)`` (the paper's 1/B), ``f = var_global * v``;
 3. per layer, the median over clients and channels of ``s_mu / sigma_bar`` and ``s_sigma / sigma_bar``
    (``sigma_bar`` the batch mean of sigma), and the share of (sample, channel) means whose noise
    is below float32 resolution (``s_mu < 2^-24 |mu|``: adding it changes nothing).
 
-    PYTHONPATH=src .venv/bin/python experiments/vfda_noise.py [--steps 5] [--out table.md]
+    PYTHONPATH=src .venv/bin/python experiments/vfda_noise.py [--steps 5] [--rounds 1] [--out table.md]
+    # the multi-site 3D stand-in, after 1 and 10 rounds of full local epochs:
+    PYTHONPATH=src .venv/bin/python experiments/vfda_noise.py --presets vfda_brain_mri_3d --steps 0 \
+        --rounds 1 10 --set data.options.scanners=4 data.options.spacing=1
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import torch
 from torch import Tensor
 
 from fedaug.config.load import load_config
-from fedaug.engine.simulate import build_simulation
+from fedaug.config.schema import RunConfig
+from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.models import build_model
 
 PRESETS = ("vfda_brain_mri_3d", "vfda_brain_mri_2d")
@@ -45,11 +50,23 @@ def channel_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     return flat.mean(2), (flat.var(2, unbiased=False) + eps).sqrt()
 
 
-def measure(preset: str, steps: int) -> list[dict[str, float | int | str]]:
-    """One row per FFA layer of ``preset``: medians over clients and channels (see the module docstring)."""
-    cfg, _ = load_config(preset, ["train.rounds=1", f"train.local_steps={steps}"])
+def measure(preset: str, steps: int, rounds: list[int], overrides: list[str]) -> list[dict[str, float | int | str]]:
+    """One row per FFA layer of ``preset`` and per entry of ``rounds`` (measured after that many rounds
+    of ``steps`` local steps, 0: the preset's epochs, in one simulation): medians over clients and
+    channels (see the module docstring)."""
+    cfg, _ = load_config(preset, [*overrides, f"train.rounds={max(rounds)}",
+                                  *([f"train.local_steps={steps}"] if steps else [])])
     sim = build_simulation(cfg)
-    sim.run_round(1)
+    rows = []
+    for r in range(1, max(rounds) + 1):
+        sim.run_round(r)
+        if r in rounds:
+            rows += measure_now(sim, cfg, preset, r)
+    return rows
+
+
+def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[dict[str, float | int | str]]:
+    """The rows of :func:`measure` for the simulation's current global model and server variances."""
     data, vfda_opts = sim.data, cfg.method.options.get("vfda", {})
     eps = float(vfda_opts.get("eps", 1e-6))
     model = build_model(cfg.model.name, data.input_shape[0], data.num_classes, **cfg.model.options)
@@ -82,7 +99,7 @@ def measure(preset: str, steps: int) -> list[dict[str, float | int | str]]:
     rows = []
     for n in layers:
         rec = per_layer[n]
-        rows.append({"preset": preset, "layer": n, "channels": int(captured[n].shape[1]),
+        rows.append({"preset": preset, "round": rnd, "layer": n, "channels": int(captured[n].shape[1]),
                      "sigma": statistics.median(rec["sigma"]),
                      **{k: statistics.median(rec[k]) for k in ("std_mu", "std_sigma", "var_mu", "var_sigma")},
                      "below_std": statistics.mean(rec["below_std"]), "below_var": statistics.mean(rec["below_var"])})
@@ -91,11 +108,11 @@ def measure(preset: str, steps: int) -> list[dict[str, float | int | str]]:
 
 def table(rows: list[dict[str, float | int | str]]) -> str:
     """The Markdown table of :func:`measure`'s rows."""
-    head = ("| preset | layer | C | median sigma | Eq. 6 (std): s_mu / sigma | s_sigma / sigma | Eq. 7 (variance): "
+    head = ("| preset | after round | layer | C | median sigma | Eq. 6 (std): s_mu / sigma | s_sigma / sigma | Eq. 7 (variance): "
             "s_mu / sigma | s_sigma / sigma | below float32, std | below float32, variance |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
-        f"| {r['preset']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} | {r['std_mu']:.2e} "
+        f"| {r['preset']} | {r['round']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} | {r['std_mu']:.2e} "
         f"| {r['std_sigma']:.2e} | {r['var_mu']:.2e} | {r['var_sigma']:.2e} "
         f"| {100 * r['below_std']:.1f} % | {100 * r['below_var']:.1f} % |\n"
         for r in rows)
@@ -104,11 +121,14 @@ def table(rows: list[dict[str, float | int | str]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=STEPS, help="local steps of the one round (default %(default)s)")
+    p.add_argument("--rounds", type=int, nargs="+", default=[1], help="measure after each of these many rounds")
+    p.add_argument("--presets", nargs="+", default=list(PRESETS), help="VFDA presets (default %(default)s)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every preset")
     p.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     args = p.parse_args()
     torch.set_num_threads(2)
     t0 = time.perf_counter()
-    rows = [r for preset in PRESETS for r in measure(preset, args.steps)]
+    rows = [r for preset in args.presets for r in measure(preset, args.steps, args.rounds, args.set)]
     text = table(rows)
     print(text + f"\n({time.perf_counter() - t0:.0f} s)")
     if args.out:

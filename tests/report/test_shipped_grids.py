@@ -11,13 +11,14 @@ from fedaug.engine.simulate import build_simulation
 from fedaug.report.grid import GRID_DIR, GRIDS, KINDS, load_grid
 
 #: grids whose data is segmentation (no synthetic stand-in for their cells)
-SEGMENTATION = {"vfda_table2_brain_mri"}
+SEGMENTATION = {"vfda_table2_brain_mri", "vfda_sites_brain_mri_3d"}
 
 
 def test_the_papers_tables_have_grids():
     for name in ("fedfa_table1_digits4", "fedfa_table4_digits4", "fedfa_table5_digits4", "fedfa_table6_digits4",
                  "fedfa_table7_digits4", "fedfa_table8_digits4", "fedfa_fig2_digits4", "fedrdn_table1_digits4",
-                 "flea_table1_fmnist", "flea_fig2_fmnist", "vfda_table2_brain_mri", "fedfa_table1_paper"):
+                 "flea_table1_fmnist", "flea_fig2_fmnist", "vfda_table2_brain_mri", "vfda_sites_brain_mri_3d",
+                 "fedfa_table1_paper"):
         assert name in GRIDS
 
 
