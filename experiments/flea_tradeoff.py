@@ -15,8 +15,10 @@ FLea runs are measured at their ``flea.stage``; runs without FLea (the FedAvg ba
 stage that a FLea method of the grid uses, so each FLea cell has the undefended model beside it.
 Per-run numbers are cached in ``OUT/runs.json`` (a rerun measures only new runs). Writes
 ``OUT/tradeoff.md`` (mean +/- std over seeds per setting, method and stage: final and best test
-accuracy, dCor^2, MSE), ``OUT/tradeoff.json`` and ``OUT/tradeoff.png`` (final accuracy against
-dCor^2, one panel per setting). ``OUT`` defaults to ``GRID_DIR/tradeoff``.
+accuracy, dCor^2, MSE), ``OUT/tradeoff.json``, ``OUT/tradeoff.png`` (final accuracy against
+dCor^2, one panel per setting) and ``OUT/curves.png`` (mean client test accuracy per round, mean
+over seeds: one panel per setting and stage, FedAvg beside FLea at each lambda2, to see whether
+both have converged). ``OUT`` defaults to ``GRID_DIR/tradeoff``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.cli.privacy_cmd import pooled_dcor, reconstruction, restore_run
-from fedaug.report.results import Results, Run, load_grid_results
+from fedaug.report.results import Results, Run, load_grid_results, summarize as summarize_grid
 from fedaug.report.stats import mean_std
 
 #: per-run measurements, in the order of the table's columns
@@ -140,6 +142,38 @@ def figure(cells: Sequence[dict[str, Any]], settings: Sequence[str], path: Path)
     fig.savefig(path, dpi=120)
 
 
+def curves(cells: Sequence[dict[str, Any]], results: Results, path: Path) -> None:
+    """Learning curves (mean over seeds of the mean client test accuracy per round): a row of panels
+    per setting, a column per FLea stage; in each, the runs without FLea (black) and FLea at each
+    lambda2 (the colours of :func:`figure`)."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    summary = summarize_grid(results)
+    flea = [c for c in cells if c["lambda2"] is not None]
+    stages = sorted({c["stage"] for c in flea})
+    settings = [s for s in results.settings if any(c["setting"] == s for c in flea)]
+    lams = sorted({c["lambda2"] for c in flea})
+    colours = {lam: colormaps["viridis"](i / max(len(lams) - 1, 1)) for i, lam in enumerate(lams)}
+    fig = Figure(figsize=(4.2 * len(stages), 3.2 * len(settings)))
+    for i, setting in enumerate(settings):
+        methods = summary["settings"][setting]["methods"]
+        for j, stage in enumerate(stages):
+            ax = fig.add_subplot(len(settings), len(stages), i * len(stages) + j + 1)
+            shown = [(c["method"], "black" if c["lambda2"] is None else colours[c["lambda2"]],
+                      "no FLea" if c["lambda2"] is None else f"lambda2 = {c['lambda2']:g}")
+                     for c in cells if c["setting"] == setting and c["stage"] == stage]
+            for method, colour, label in shown:
+                curve = methods[method]["curve"]
+                ax.plot(curve["rounds"], [100 * v for v in curve["mean"]], color=colour, label=label, linewidth=1.2)
+            ax.set(title=f"{setting}, {stage}", xlabel="round", ylabel="mean client test acc (%)")
+            ax.grid(alpha=0.3)
+            if i == j == 0:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid_dir", type=Path, help="a directory written by 'fedaug compare' (holding grid.json)")
@@ -156,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     (out / "tradeoff.json").write_text(json.dumps(cells, indent=1))
     (out / "tradeoff.md").write_text(table(cells))
     figure(cells, [s for s in results.settings if any(c["setting"] == s for c in cells)], out / "tradeoff.png")
+    curves(cells, results, out / "curves.png")
     print(table(cells), end="")
 
 

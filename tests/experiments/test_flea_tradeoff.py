@@ -47,7 +47,7 @@ def test_every_cell_gets_dcor_and_mse_at_its_stage_and_fedavg_at_every_stage(gri
         assert 0 <= c["dcor2"]["mean"] <= 1 and c["mse"]["mean"] > 0 and 0 <= c["final"]["mean"] <= 1
     # the undefended model at block1 and FLea's at block1 are different models: different dCor^2
     assert where[("FedAvg", "block1")]["dcor2"]["mean"] != where[("FLea 3 block1", "block1")]["dcor2"]["mean"]
-    assert (tmp_path / "tradeoff.png").stat().st_size > 0
+    assert (tmp_path / "tradeoff.png").stat().st_size > 0 and (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "tradeoff.md").read_text().count("\n") == 2 + len(cells)
 
 
