@@ -1,0 +1,60 @@
+"""experiments/results_page.py on the tiny finished grid: the claims table and each section's verdicts."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fedaug.report.claims import Claim, judge
+from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.runner import run_grid
+from tests.report.conftest import tiny_spec
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "results_page.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("results_page", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_shipped_claim_names_methods_and_settings_of_its_grid():
+    page = load_script()
+    from fedaug.report.grid import load_grid
+
+    assert set(page.CLAIMS) <= {grid for _, grid, _ in page.TABLES}
+    for grid, claims in page.CLAIMS.items():
+        spec = load_grid(grid)
+        for claim in claims:
+            assert {claim.method, *claim.against} <= set(spec.methods), (grid, claim)
+            assert set(claim.settings) <= set(spec.settings), (grid, claim)
+
+
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("grid") / "tiny"
+    run_grid(tiny_spec(), out)
+    return out
+
+
+def test_the_page_judges_each_claim_of_a_finished_grid(tiny_grid, tmp_path, monkeypatch):
+    page = load_script()
+    compare = tmp_path / "compare"
+    shutil.copytree(tiny_grid, compare / "tiny")
+    claim = Claim("the higher learning rate is ahead", "FedAvg lr 0.2", ("FedAvg",))
+    monkeypatch.setattr(page, "TABLES", [("Tiny table: a test", "tiny", False), ("Other: not run", "other", False)])
+    monkeypatch.setattr(page, "CLAIMS", {"tiny": [claim], "other": [Claim("x", "a", ("b",))]})
+    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec())
+    monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    verdict = judge(claim, summarize(load_grid_results(compare / "tiny")))
+    # the overview row and the section's sentence carry the verdict computed from the grid itself
+    assert f"| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | {verdict.verdict} (" in text
+    assert "| Other | x | a | not run yet |" in text
+    assert f"Verdict: {verdict.verdict}; claimed direction in " in text
