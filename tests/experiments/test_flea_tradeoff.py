@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,8 @@ import pytest
 
 from fedaug.report.grid import parse_grid
 from fedaug.report.runner import run_grid
+from tests.experiments.scripts import load_script
 from tests.report.conftest import tiny_grid_raw
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "flea_tradeoff.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("flea_tradeoff", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +27,7 @@ def grid(tmp_path_factory) -> Path:
 
 
 def test_every_cell_gets_dcor_and_mse_at_its_stage_and_fedavg_at_every_stage(grid, tmp_path):
-    tradeoff = load_script()
+    tradeoff = load_script("flea_tradeoff")
     tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
     cells = json.loads((tmp_path / "tradeoff.json").read_text())
     where = {(c["method"], c["stage"]): c for c in cells}
@@ -52,7 +43,7 @@ def test_every_cell_gets_dcor_and_mse_at_its_stage_and_fedavg_at_every_stage(gri
 
 
 def test_a_rerun_reads_the_cache_instead_of_measuring(grid, tmp_path, monkeypatch):
-    tradeoff = load_script()
+    tradeoff = load_script("flea_tradeoff")
     tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
     first = (tmp_path / "tradeoff.json").read_text()
     monkeypatch.setattr(tradeoff, "measure", lambda *a, **k: pytest.fail("measured a cached run again"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -11,20 +10,12 @@ import pytest
 from fedaug.report.claims import Claim, judge
 from fedaug.report.results import load_grid_results, summarize
 from fedaug.report.runner import run_grid
+from tests.experiments.scripts import load_script
 from tests.report.conftest import tiny_spec
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "results_page.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("results_page", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_shipped_claim_names_methods_and_settings_of_its_grid():
-    page = load_script()
+    page = load_script("results_page")
     from fedaug.report.grid import load_grid
 
     assert set(page.CLAIMS) <= {grid for _, grid, _ in page.TABLES}
@@ -43,7 +34,7 @@ def tiny_grid(tmp_path_factory) -> Path:
 
 
 def test_the_page_judges_each_claim_of_a_finished_grid(tiny_grid, tmp_path, monkeypatch):
-    page = load_script()
+    page = load_script("results_page")
     compare = tmp_path / "compare"
     shutil.copytree(tiny_grid, compare / "tiny")
     claim = Claim("the higher learning rate is ahead", "FedAvg lr 0.2", ("FedAvg",))

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 from fedaug.report.runner import write_grid_file
+from tests.experiments.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "robustness.py"
 RULES = ["fedavg", "median", "trimmed_mean", "krum"]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("robustness", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_grid_sizes_and_shape():
-    rob = load_script()
+    rob = load_script("robustness")
     specs = rob.grids(RULES, [0, 1, 2])
     runs = {name: len(s.settings) * len(s.methods) * len(s.seeds) for name, s in specs.items()}
     assert runs == {"robustness": 828, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24,
@@ -41,7 +32,7 @@ def test_grid_sizes_and_shape():
 
 
 def test_cell_text():
-    rob = load_script()
+    rob = load_script("robustness")
     stat = {"n": 2, "final": {"mean": 0.5, "std": 0.01}}
     assert rob._cell(stat, 0.6, 3) == "50.00 ± 1.00 (-10.0) [n=2]"
     assert rob._cell(stat, 0.6, 3, collapsed=1) == "50.00 ± 1.00 (-10.0), collapsed 1/3"
@@ -50,7 +41,7 @@ def test_cell_text():
 
 
 def test_table_shows_collapsed_runs_and_what_an_attack_cannot_hit(tmp_path):
-    rob = load_script()
+    rob = load_script("robustness")
     specs = rob.grids(RULES, [0])
     write_grid_file(specs["robustness"], tmp_path / "robustness")
     label = "Digits-4 | fedavg | scale | 25 %"
@@ -65,7 +56,7 @@ def test_table_shows_collapsed_runs_and_what_an_attack_cannot_hit(tmp_path):
 
 
 def test_direct_table_counts_collapsed_runs(tmp_path):
-    rob = load_script()
+    rob = load_script("robustness")
     spec = rob.grids(RULES, [0, 1])["robustness-stats-direct"]
     write_grid_file(spec, tmp_path / spec.name)
     label = "Fashion-MNIST Dir(0.3) | fedavg | stats | 25 %"
