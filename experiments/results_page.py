@@ -2,7 +2,7 @@
 
 Usage::
 
-    nice -n 5 .venv/bin/fedaug compare GRID --jobs 2 --reuse runs   # for each grid below (resumable)
+    nice -n 5 .venv/bin/fedaug compare GRID --jobs 2 --set threads=1 --reuse runs/compare   # each grid below (resumable)
     .venv/bin/python experiments/results_page.py [--compare runs/compare] [--out docs/results.md]
 
 For each table: what it reproduces and with what it is replaced, the command, the wall time its
@@ -210,20 +210,17 @@ READINGS: dict[str, str] = {
 INTRO = (
     "The papers' tables on data that fedaug provides offline, each produced by one shipped comparison "
     "grid (`fedaug list grids`; docs/compare_and_report.md) on the shared 2-core development machine "
-    "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run). These are scaled stand-ins: the data, "
-    "models and round counts are replaced as each section says, so the numbers answer \"does the "
-    "paper's ordering hold here\", not \"does fedaug reproduce the paper's values\". Wall times are "
-    "those of the commands on this machine while other work shared it. Cells whose resolved config "
-    "equals a run made earlier (the experiments of docs/fedfa.md and docs/input_augmentations.md, or "
-    "another grid) are copied in by `--reuse` instead of trained again (where two such runs exist, the "
-    "last by directory name); their time column is their original training time, under whatever load "
-    "the machine had then; the FedFA runs among them were made before the FFA C++ kernel and differ "
-    "from fresh runs by float32 rounding, which over 30 rounds moves a run by up to several points "
-    "(Table 8's reading). The FFA cells these grids trained used the compiled kernel, which was then "
-    "chosen by the environment; the path is now the config option `kernel` (default \"off\", the "
-    "earlier runs' path), and re-running a kernel cell takes `kernel = \"on\"` in its method's table "
-    "(docs/fedfa.md, \"Which path a run takes\"). Regenerate the page with `.venv/bin/python experiments/results_page.py` "
-    "after running the grids."
+    "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run), 3 seeds per cell. These are scaled "
+    "stand-ins: the data, models and round counts are replaced as each section says, so the numbers "
+    "answer \"does the paper's ordering hold here\", not \"does fedaug reproduce the paper's values\". "
+    "Wall times are those of the commands on this machine while other work shared it. Every cell was "
+    "trained for this page with the current code (issue 18; the FFA layers on their PyTorch path, "
+    "`kernel = \"off\"`); a cell whose resolved config equals a run of another grid is copied in by "
+    "`--reuse` instead of trained again. Against the page before issue 18 (1-3 seeds): the Digits-4 "
+    "grids use the USPS-like domain `usps_style = \"v2\"` (docs/data.md; `v1` sat at chance under "
+    "FedAvg and decided the mean), the FLea grids run FedDecorr with the authors' normalisation, and "
+    "the FLea Table 1 grid runs the paper's 100 rounds instead of 30. Regenerate the page with "
+    "`.venv/bin/python experiments/results_page.py` after running the grids."
 )
 
 
@@ -259,7 +256,7 @@ def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
     and the main tables."""
     spec = load_grid(grid)
     out = compare / grid
-    command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --reuse runs`"
+    command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --set threads=1 --reuse runs/compare`"
     blocks: list[Block] = [Heading(2, title), Paragraph(f"Grid `{grid}`: {spec.description}. {spec.notes}"),
                            Paragraph(f"Command: {command}.")]
     if not (out / GRID_FILE).is_file():
