@@ -104,6 +104,9 @@ CLAIMS: dict[str, list[Claim]] = {
               ("VFDA w/o Global (std)",))],
 }
 
+#: grids whose per-client (per-site) final tables the page shows for every setting
+PER_CLIENT = {"vfda_sites_brain_mri_3d"}
+
 #: where the sweep figures go, relative to the page
 FIGURES = "figures"
 
@@ -276,6 +279,9 @@ def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
         blocks += [overview_table(summary, "final"), overview_table(summary, "best")]
     else:
         blocks.append(setting_tables(next(iter(summary["settings"].values())))[0])
+    if grid in PER_CLIENT:
+        for name, setting in summary["settings"].items():
+            blocks += [Paragraph(f"{name}, per client:"), *setting_tables(setting)[1:3]]
     if not missing:
         blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
                    for v in verdicts(grid, summary)]
