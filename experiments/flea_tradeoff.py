@@ -8,8 +8,9 @@ finished run, restores its final checkpoint and measures, at the split stage:
 
 * dCor^2 (Eq. 8) between 512 pooled raw training images and their features under the final global
   model (``fedaug privacy dcor``), and
-* the reconstruction attack's test MSE (a decoder trained 20 epochs on the features of 256 pooled
-  test images, scored on 256 others; ``fedaug privacy attack --kind reconstruction``).
+* the reconstruction attack's test MSE (a decoder trained 20 epochs on the features of half of 512
+  pooled test images, scored on the other half, or of all the test images when the federation
+  holds fewer; ``fedaug privacy attack --kind reconstruction``).
 
 FLea runs are measured at their ``flea.stage``; runs without FLea (the FedAvg baseline) at every
 stage that a FLea method of the grid uses, so each FLea cell has the undefended model beside it.
@@ -59,12 +60,14 @@ def measure(run: Run, stages: Sequence[str], samples: int, epochs: int) -> list[
     sim, _ = restore_run(run.path)
     options = flea_options(run)
     rows = []
+    attack = min(samples, sum(c.test.x.shape[0] for c in sim.data.clients))  # the test pool may be smaller
     for stage in stages:
-        res, _ = reconstruction(sim, stage, samples, epochs)
+        res, _ = reconstruction(sim, stage, attack, epochs)
         rows.append({"path": str(run.path), "setting": run.setting, "method": run.method, "seed": run.seed,
                      "stage": stage, "lambda2": None if options is None else options.get("dcor_weight", 3.0),
                      "final": run.score("final"), "best": run.score("best"),
-                     "dcor2": pooled_dcor(sim, stage, samples), "mse": res.mse, "samples": samples, "epochs": epochs})
+                     "dcor2": pooled_dcor(sim, stage, samples), "mse": res.mse, "samples": samples,
+                     "attack_samples": attack, "epochs": epochs})
         print(f"tradeoff | {run.setting} | {run.method} | seed {run.seed} | {stage} | "
               f"dCor^2 {rows[-1]['dcor2']:.3f} | MSE {res.mse:.4f}", flush=True)
     return rows
@@ -178,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid_dir", type=Path, help="a directory written by 'fedaug compare' (holding grid.json)")
     parser.add_argument("--out", type=Path, help="output directory (default: GRID_DIR/tradeoff)")
-    parser.add_argument("--samples", type=int, default=512, help="pooled samples for dCor and the attack (512)")
+    parser.add_argument("--samples", type=int, default=512, help="pooled samples for dCor and the attack (512; the attack takes every test image when the federation holds fewer)")
     parser.add_argument("--epochs", type=int, default=20, help="decoder training epochs (20, as the paper)")
     args = parser.parse_args(argv)
     out = args.out or args.grid_dir / "tradeoff"

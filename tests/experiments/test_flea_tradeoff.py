@@ -49,3 +49,16 @@ def test_a_rerun_reads_the_cache_instead_of_measuring(grid, tmp_path, monkeypatc
     monkeypatch.setattr(tradeoff, "measure", lambda *a, **k: pytest.fail("measured a cached run again"))
     tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", "32", "--epochs", "1"])
     assert (tmp_path / "tradeoff.json").read_text() == first
+
+
+def test_the_attack_takes_every_test_image_when_the_federation_holds_fewer_than_asked(grid, tmp_path):
+    from fedaug.cli.privacy_cmd import restore_run
+
+    tradeoff = load_script("flea_tradeoff")
+    sim, _ = restore_run(next(p.parent for p in grid.rglob("summary.json")))
+    train = sum(c.train.x.shape[0] for c in sim.data.clients)
+    test = sum(c.test.x.shape[0] for c in sim.data.clients)
+    assert test < train  # the tiny grid's pools: a sample count between them exists
+    tradeoff.main([str(grid), "--out", str(tmp_path), "--samples", str(train), "--epochs", "1"])
+    rows = json.loads((tmp_path / "runs.json").read_text())
+    assert rows and all(r["samples"] == train and r["attack_samples"] == test for r in rows)
