@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
@@ -254,19 +255,38 @@ def wall_time(out: Path, results: Results) -> str:
     return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'}); {cells}"
 
 
-def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
-    """One table's section: the grid's description and notes, command, wall time, the sweep figure
-    and the main tables."""
+@dataclass(frozen=True)
+class Finished:
+    """A grid's outputs, read once for the whole page: its runs, their summary and, when every cell
+    finished, the verdict of each of its :data:`CLAIMS` (``None`` while cells are missing)."""
+
+    results: Results
+    summary: dict
+    verdicts: list[Verdict] | None
+
+
+def read_grid(out: Path, grid: str) -> Finished | None:
+    """The grid's outputs under ``out`` (``None``: not run yet)."""
+    if not (out / GRID_FILE).is_file():
+        return None
+    results = load_grid_results(out)
+    summary = summarize(results)
+    done = not summary["missing"]
+    return Finished(results, summary, [judge(c, summary) for c in CLAIMS.get(grid, [])] if done else None)
+
+
+def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished | None) -> list[Block]:
+    """One table's section: the grid's description and notes, command, wall time, the sweep figure,
+    the main tables and each claim's verdict."""
     spec = load_grid(grid)
     out = compare / grid
     command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --set threads=1 --reuse runs/compare`"
     blocks: list[Block] = [Heading(2, title), Paragraph(f"Grid `{grid}`: {spec.description}. {spec.notes}"),
                            Paragraph(f"Command: {command}.")]
-    if not (out / GRID_FILE).is_file():
+    if found is None:
         return [*blocks, Paragraph(f"Not run yet ({len(spec.settings) * len(spec.methods) * len(spec.seeds)} "
                                    "cells).")]
-    results = load_grid_results(out)
-    summary = summarize(results)
+    results, summary = found.results, found.summary
     total = sum(len(s["methods"]) for s in summary["settings"].values()) * len(summary["grid"]["seeds"])
     missing = len(summary["missing"])
     state = "complete" if not missing else f"partial: {missing} of {total} cells not finished yet"
@@ -282,35 +302,27 @@ def section(title: str, grid: str, sweep: bool, compare: Path) -> list[Block]:
     if grid in PER_CLIENT:
         for name, setting in summary["settings"].items():
             blocks += [Paragraph(f"{name}, per client:"), *setting_tables(setting)[1:3]]
-    if not missing:
-        blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
-                   for v in verdicts(grid, summary)]
+    blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
+               for v in found.verdicts or []]
     if grid in READINGS and not missing:
         blocks.append(Paragraph(f"Reading: {READINGS[grid]}"))
     return blocks
 
 
-def verdicts(grid: str, summary: dict) -> list[Verdict]:
-    """The verdict of each of the grid's :data:`CLAIMS` on its summary."""
-    return [judge(claim, summary) for claim in CLAIMS.get(grid, [])]
-
-
-def claims_table(compare: Path) -> Table:
-    """One row per claim: the table, the claim, the method, and its verdict ("not run yet" / "partial"
-    where the grid has not finished)."""
+def claims_table(found: dict[str, Finished | None]) -> Table:
+    """One row per claim: the table, the claim, the method, and its verdict ("not run yet" / "partial
+    grid" where the grid has not finished)."""
     rows = []
     for title, grid, _ in TABLES:
-        out = compare / grid
-        summary = summarize(load_grid_results(out)) if (out / GRID_FILE).is_file() else None
-        for claim in CLAIMS.get(grid, []):
-            if summary is None:
+        f = found[grid]
+        for k, claim in enumerate(CLAIMS.get(grid, [])):
+            if f is None:
                 verdict = "not run yet"
-            elif summary["missing"]:
+            elif f.verdicts is None:
                 verdict = "partial grid"
             else:
-                v = judge(claim, summary)
-                agree = sum(1 for c in v.comparisons if c.test.diff is not None and claim.direction * c.test.diff > 0)
-                verdict = f"{v.verdict} ({agree} of {len(v.comparisons)} comparisons in the claimed direction)"
+                v = f.verdicts[k]
+                verdict = f"{v.verdict} ({v.agreeing} of {len(v.comparisons)} comparisons in the claimed direction)"
             rows.append([title.split(":")[0], claim.text, claim.method, verdict])
     return Table(["table", "claim", "method", "verdict"], rows)
 
@@ -320,10 +332,11 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, default=Path("runs/compare"), help="where the grids ran")
     parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
     args = parser.parse_args()
+    found = {grid: read_grid(args.compare / grid, grid) for _, grid, _ in TABLES}
     blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"), Paragraph(INTRO),
-                           Heading(2, "The claims at a glance"), Paragraph(CLAIMS_NOTE), claims_table(args.compare)]
+                           Heading(2, "The claims at a glance"), Paragraph(CLAIMS_NOTE), claims_table(found)]
     for title, grid, sweep in TABLES:
-        blocks += section(title, grid, sweep, args.compare)
+        blocks += section(title, grid, sweep, args.compare, found[grid])
     blocks.append(Paragraph(COLUMNS_NOTE))
     for image in (b for b in blocks if isinstance(b, Image)):
         atomic_write_bytes(args.out.parent / FIGURES / image.name, image.png)

@@ -1,9 +1,11 @@
-"""Shared fixtures: a tiny synthetic config that trains in well under a second per round."""
+"""Shared fixtures: a tiny synthetic config that trains in well under a second per round, and the
+tiny grid of tests/report/conftest.py finished once per session."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from fedaug.config.schema import RunConfig, validate
 from fedaug.core.typecheck import fits, is_numeric
 from fedaug.data.registry import option_types
 from fedaug.layers import kernel
+from fedaug.report.runner import run_grid
 
 
 def tiny_raw(**train: Any) -> dict[str, Any]:
@@ -42,6 +45,16 @@ def tiny_cfg(tmp_path) -> RunConfig:
     raw = tiny_raw()
     raw["out_dir"] = str(tmp_path / "runs")
     return validate(raw)
+
+
+@pytest.fixture(scope="session")
+def tiny_grid(tmp_path_factory) -> Path:
+    """The output directory of the finished tiny grid (read-only for tests: copy before changing it)."""
+    from tests.report.conftest import tiny_spec
+
+    out = tmp_path_factory.mktemp("grid") / "tiny"
+    run_grid(tiny_spec(), out)
+    return out
 
 
 @pytest.fixture

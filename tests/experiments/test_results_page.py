@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-
-import pytest
 
 from fedaug.report.claims import Claim, judge
 from fedaug.report.results import load_grid_results, summarize
-from fedaug.report.runner import run_grid
 from tests.experiments.scripts import load_script
 from tests.report.conftest import tiny_spec
 
@@ -24,13 +20,6 @@ def test_every_shipped_claim_names_methods_and_settings_of_its_grid():
         for claim in claims:
             assert {claim.method, *claim.against} <= set(spec.methods), (grid, claim)
             assert set(claim.settings) <= set(spec.settings), (grid, claim)
-
-
-@pytest.fixture(scope="module")
-def tiny_grid(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("grid") / "tiny"
-    run_grid(tiny_spec(), out)
-    return out
 
 
 def test_the_page_judges_each_claim_of_a_finished_grid(tiny_grid, tmp_path, monkeypatch):

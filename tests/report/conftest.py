@@ -1,14 +1,10 @@
-"""A tiny finished grid (2 methods x 2 seeds on synthetic data), built once per session."""
+"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fedaug.report.grid import GridSpec, parse_grid
-from fedaug.report.runner import run_grid
 
 
 def tiny_grid_raw(**extra: Any) -> dict[str, Any]:
@@ -29,11 +25,3 @@ def tiny_grid_raw(**extra: Any) -> dict[str, Any]:
 
 def tiny_spec(**extra: Any) -> GridSpec:
     return parse_grid(tiny_grid_raw(**extra), "tiny")
-
-
-@pytest.fixture(scope="session")
-def tiny_grid(tmp_path_factory) -> Path:
-    """The output directory of the finished tiny grid (read-only for tests: copy before changing it)."""
-    out = tmp_path_factory.mktemp("grid") / "tiny"
-    run_grid(tiny_spec(), out)
-    return out

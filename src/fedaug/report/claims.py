@@ -63,18 +63,21 @@ class Verdict:
     verdict: str
     comparisons: tuple[Comparison, ...]
 
+    @property
+    def agreeing(self) -> int:
+        """How many comparisons go the claimed way (whatever their p-value)."""
+        return sum(1 for c in self.comparisons if c.test.diff is not None and self.claim.direction * c.test.diff > 0)
+
     def evidence(self) -> str:
         """The comparisons in words: per comparison the difference in points and its p-value, and
         how many go the claimed way and how many are resolved."""
-        d = self.claim.direction
         parts = []
         for c in self.comparisons:
             where = c.other if len({x.setting for x in self.comparisons}) == 1 else f"{c.other}, {c.setting}"
             diff = "n/a" if c.test.diff is None else f"{100 * c.test.diff:+.1f}"
             parts.append(f"{diff} vs {where} (p {c.test.text()})")
-        agree = sum(1 for c in self.comparisons if c.test.diff is not None and d * c.test.diff > 0)
         resolved = sum(1 for c in self.comparisons if _significant(c.test, self.claim.alpha))
-        return (f"claimed direction in {agree} of {len(self.comparisons)}, p < {self.claim.alpha:g} in {resolved}: "
+        return (f"claimed direction in {self.agreeing} of {len(self.comparisons)}, p < {self.claim.alpha:g} in {resolved}: "
                 + "; ".join(parts))
 
 
