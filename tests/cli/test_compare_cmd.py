@@ -101,6 +101,10 @@ def test_table_only_runs_nothing(tmp_path, capsys):
     (["compare", "--method", "A", "method.augs=[fedfaa]"], "method 'A': unknown method 'fedfaa'"),
     (["compare", "--method", "A", "--jobs", "99"], "--jobs must be between 1 and the"),
     (["compare", "nogrid"], "'nogrid' is neither a shipped grid nor a grid file"),
+    (["compare", "GRID", "--only-methods", "FedAvg lr 0.3"],
+     "--only-methods: 'FedAvg lr 0.3' is not a method of grid 'tiny'; choose from 'FedAvg', 'FedAvg lr 0.2'"),
+    (["compare", "GRID", "--only-settings", "half"], "--only-settings: 'half' is not a setting of grid 'tiny'"),
+    (["compare", "--method", "A", "--only-methods", "A"], "--only-methods and --only-settings pick from a grid file"),
     (["report", "a", "b"], "give --out when reporting on several run directories"),
     (["report", "nowhere"], "'nowhere' is neither a run directory"),
 ])
@@ -110,6 +114,22 @@ def test_errors_exit_2_with_the_message(args, message, tmp_path, capsys, monkeyp
         args[args.index("GRID")] = str(write_grid(tmp_path))
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_only_methods_adds_seeds_to_part_of_a_grid_and_reuses_the_whole_grids_runs(tmp_path, capsys):
+    grid = write_grid(tmp_path, seeds=[0])
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["compare", str(grid), "--out", str(whole), "-q"]) == 0
+    args = ["compare", str(grid), "--only-methods", "FedAvg", "--seeds", "0", "1", "--out", str(part),
+            "--reuse", str(whole)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "default | FedAvg | seed 0: reused" in err and "default | FedAvg | seed 1: ran" in err
+    assert "FedAvg lr 0.2" not in err
+    summary = json.loads((part / "table.json").read_text())
+    assert list(summary["settings"]["default"]["methods"]) == ["FedAvg"]
+    logged = json.loads((part / "invocations.jsonl").read_text().splitlines()[-1])["command"]
+    assert "--seeds 0 1 --only-methods 'FedAvg'" in logged
 
 
 def test_a_failing_cell_exits_2_after_writing_the_table(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from fedaug.config.load import parse_config
 from fedaug.core.errors import ConfigError
-from fedaug.report.grid import DEFAULT_SETTING, deep_merge, grid_from_args, load_grid, parse_grid, slug
+from fedaug.report.grid import DEFAULT_SETTING, deep_merge, grid_from_args, load_grid, parse_grid, select, slug
 from tests.report.conftest import tiny_grid_raw, tiny_spec
 
 
@@ -124,3 +124,22 @@ def test_load_grid_resolves_a_relative_base_next_to_the_file(tmp_path):
 
 def test_slug():
     assert slug("FedFA (p=0.2)") == "fedfa-p-0.2" and slug("FedAvg+FedRDN") == "fedavg+fedrdn" and slug("???") == "x"
+
+
+def test_select_keeps_the_grids_order_its_baseline_and_its_cells_configs():
+    spec = parse_grid({"settings": {"s1": {"train": {"lr": 0.1}}, "s2": {}, "s3": {"train": {"lr": 0.3}}},
+                       "methods": {"A": {}, "B": {"train": {"rounds": 2}}, "C": {"train": {"rounds": 3}}},
+                       "baseline": "B", "seeds": [0, 1]}, "g")
+    part = select(spec, methods=["C", "A"], settings=["s3", "s1"])
+    assert list(part.methods) == ["A", "B", "C"] and list(part.settings) == ["s1", "s3"]
+    assert part.baseline == "B" and part.seeds == [0, 1] and part.name == "g"
+    assert part.raw("s3", "C", 1) == spec.raw("s3", "C", 1)
+    assert select(spec) == spec and list(spec.methods) == ["A", "B", "C"]  # the grid itself is unchanged
+
+
+def test_select_names_every_unknown_label():
+    with pytest.raises(ConfigError) as info:
+        select(tiny_spec(), methods=["FedAvg", "FedAVG"], settings=["x"])
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and "'FedAVG' is not a method of grid 'tiny'" in lines[0] and "did you mean" in lines[0]
+    assert "--only-settings: 'x' is not a setting of grid 'tiny'; choose from 'default'" in lines[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import configure_process
-from fedaug.report.grid import GridSpec, grid_from_args, load_grid
+from fedaug.report.grid import GridSpec, grid_from_args, load_grid, select
 from fedaug.report.runner import CellError, CellOutcome, log_invocation, run_grid, write_grid_file
 from fedaug.report.table import write_tables
 
@@ -31,6 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--setting", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
                    help="without a grid file: a setting's label and its overrides (repeatable)")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the grid's, or 0)")
+    p.add_argument("--only-methods", nargs="+", default=[], metavar="LABEL",
+                   help="with a grid file: run and tabulate only these of its methods (and its baseline); "
+                        "the cells are the whole grid's, so with --out they can share its runs by --reuse")
+    p.add_argument("--only-settings", nargs="+", default=[], metavar="LABEL",
+                   help="with a grid file: run and tabulate only these of its settings")
     p.add_argument("--set", nargs="+", dest="set_overrides", default=[], metavar="KEY=VALUE",
                    help="overrides applied to every cell, last (e.g. train.rounds=5)")
     p.add_argument("--baseline", help="the method each one is compared with (default: the grid's, or the first)")
@@ -55,7 +60,11 @@ def spec_from_args(args: argparse.Namespace) -> GridSpec:
         if given:
             raise ConfigError(f"give a grid file or {'/'.join(given)} on the command line, not both "
                               "(put the methods and settings into the grid file)")
-        return load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides)
+        return select(load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides),
+                      args.only_methods, args.only_settings)
+    if args.only_methods or args.only_settings:
+        raise ConfigError("--only-methods and --only-settings pick from a grid file's methods and settings; "
+                          "without a grid file give just the --method and --setting you want")
     if not args.method:
         raise ConfigError("give a grid file (fedaug list grids) or at least one --method LABEL [key=value ...]")
     return grid_from_args(args.base, args.method, args.setting or [], args.seeds or [0], baseline=args.baseline,
@@ -83,6 +92,11 @@ def main(args: argparse.Namespace) -> int:
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, exc.outcomes
         command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",
+                            *([f"--seeds {' '.join(map(str, args.seeds))}"] if args.seeds else []),
+                            *([f"--only-methods {' '.join(map(repr, args.only_methods))}"]
+                              if args.only_methods else []),
+                            *([f"--only-settings {' '.join(map(repr, args.only_settings))}"]
+                              if args.only_settings else []),
                             *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
                             *([f"--reuse {args.reuse}"] if args.reuse else []),
                             *(["--keep-going"] if args.keep_going else [])])

@@ -29,7 +29,7 @@ import copy
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,35 @@ def check_cells(spec: GridSpec) -> None:
                 problems.append(f"{where}: {str(exc).replace(chr(10), chr(10) + '    ')}")
     if problems:
         raise ConfigError(f"grid '{spec.name}' has invalid cells:\n  " + "\n  ".join(problems))
+
+
+def select(spec: GridSpec, methods: Sequence[str] = (), settings: Sequence[str] = ()) -> GridSpec:
+    """The part of ``spec`` with only the given methods and settings (every one where empty), in the
+    grid's order. The baseline is always kept, so that each method keeps its comparison; the
+    cells' configs (and so their run directories) are those of the whole grid, so runs made on
+    the part count for the whole grid and the other way round (e.g. more seeds for two methods:
+    ``fedaug compare GRID --only-methods A --seeds 0 1 2 3 4``).
+
+    >>> g = grid_from_args(None, [["FedAvg"], ["FedProx", "method.base=fedprox"], ["FedBN", "method.base=fedbn"]],
+    ...                    [], [0])
+    >>> list(select(g, methods=["FedBN"]).methods)
+    ['FedAvg', 'FedBN']
+
+    Raises:
+        ConfigError: a label that is not in the grid (naming the grid's labels).
+    """
+    problems = []
+    for kind, given, table in (("method", methods, spec.methods), ("setting", settings, spec.settings)):
+        for label in given:
+            if label not in table:
+                problems.append(f"--only-{kind}s: {label!r} is not a {kind} of grid '{spec.name}'; choose from "
+                                f"{', '.join(map(repr, table))}{suggest(label, table)}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    keep_methods = {*methods, spec.baseline} if methods else set(spec.methods)
+    keep_settings = set(settings) if settings else set(spec.settings)
+    return replace(spec, methods={k: v for k, v in spec.methods.items() if k in keep_methods},
+                   settings={k: v for k, v in spec.settings.items() if k in keep_settings})
 
 
 def load_grid(source: str, *, seeds: Sequence[int] | None = None, baseline: str | None = None,
