@@ -18,7 +18,8 @@ from fedaug.engine.simulate import build_simulation
 
 
 def measure(flea: bool, rounds: int, samples: int) -> dict[str, float]:
-    cfg, _ = load_config("flea_fmnist", [f"train.rounds={rounds}", "threads=1", f"data.options.samples={samples}"])
+    cfg, _ = load_config("flea_fmnist", [f"train.rounds={rounds}", "threads=1", f"data.options.samples={samples}",
+                                         "method.options.flea.stage=block2"])  # the split of the recorded figures
     raw = cfg.to_dict()
     if not flea:
         raw["method"] = {"base": "fedavg", "augs": [], "options": {}}
