@@ -5,7 +5,7 @@ VFDA (Huang et al. 2023) resamples each sample's channel statistics, ``mu_hat = 
 fusion; ``v_local`` the batch variance of the statistic, Eq. 3; ``var_global`` the variance of the
 clients' running statistics, Eq. 5). Eq. 6 writes the draw as ``N(mu, Sigma^2)``, a standard deviation
 ``s = sqrt(f)`` (``noise_scale = "std"``); Eq. 7 multiplies ``eps`` by ``f`` itself, a variance
-(``noise_scale = "variance"``, fedaug's default). This script measures ``s / sigma`` per FFA layer
+(``noise_scale = "variance"``, fedaug's default until issue 18). This script measures ``s / sigma`` per FFA layer
 under both readings on the VFDA presets' models and data, built as ``fedaug run`` builds them:
 
 1. the preset (plus any ``--set`` overrides) trained for ``--rounds`` rounds (default 1) of ``--steps``

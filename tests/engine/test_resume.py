@@ -250,3 +250,25 @@ def test_a_run_from_before_the_record_resumes_only_once_its_config_says_how_it_r
     resume_experiment(str(part), quiet=True)
     assert comparable(part) == comparable(full)
     assert summary_numbers(part) == summary_numbers(full)
+
+
+def test_a_run_from_before_a_default_changed_resumes_with_the_value_it_ran_with(tmp_path):
+    # VFDA's noise_scale was "variance" before it was recorded and its default became "std"
+    raw = tiny_raw(rounds=3)
+    raw["method"] = {"base": "fedavg", "augs": ["vfda"], "options": {"vfda": {"noise_scale": "variance"}}}
+    full, part = interrupted(tmp_path, raw, 2)
+    stored = read_toml(part / "config.toml")
+    del stored["method"]["options"]["vfda"]["noise_scale"]
+    (part / "config.toml").write_text(dump_toml(stored))
+    for ckpt in (part / "checkpoints").glob("*.pt"):
+        payload = load_tensors(ckpt)
+        del payload["config"]["method"]["options"]["vfda"]["noise_scale"]
+        save_tensors(ckpt, payload)
+    resume_experiment(str(part), quiet=True)
+    assert comparable(part) == comparable(full)
+    assert summary_numbers(part) == summary_numbers(full)
+    default = tiny_raw(rounds=1)
+    default["method"] = {"base": "fedavg", "augs": ["vfda"]}
+    default["out_dir"] = str(tmp_path / "default")
+    _, run = run_experiment(validate(default), quiet=True)
+    assert read_toml(run.path / "config.toml")["method"]["options"]["vfda"] == {"kernel": "off", "noise_scale": "std"}

@@ -128,6 +128,21 @@ def test_reuse_matches_the_kernel_mode_and_never_guesses_an_unrecorded_one(tmp_p
     assert reused(fedfa_spec(kernel="on"), out, source) == [run] and reused(fedfa_spec(), out, source) == [None]
 
 
+def test_a_run_from_before_vfdas_default_changed_is_reused_as_the_variance_reading(tmp_path):
+    def vfda_spec(**options):
+        return tiny_spec(seeds=[0], methods={"VFDA": {"method": {"augs": ["vfda"], "options": {"vfda": options}}}})
+
+    source = tmp_path / "source"
+    run_grid(vfda_spec(noise_scale="variance"), source)
+    (run,) = finished_runs(source).values()
+    raw = read_toml(run / CONFIG)
+    del raw["method"]["options"]["vfda"]["noise_scale"]  # as a run made before the option was recorded
+    (run / CONFIG).write_text(dump_toml(raw))
+    out = tmp_path / "out"
+    assert reused(vfda_spec(noise_scale="variance"), out, source) == [run]  # what it ran with, known
+    assert reused(vfda_spec(), out, source) == reused(vfda_spec(noise_scale="std"), out, source) == [None]
+
+
 def test_a_grid_cell_from_before_the_kernel_option_asks_for_its_mode(tmp_path):
     out = tmp_path / "g"
     run_grid(fedfa_spec(), out)

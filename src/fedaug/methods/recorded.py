@@ -3,10 +3,13 @@ its ``config.toml`` even at their default value, so that a run directory says ho
 
 A component class lists them in ``recorded_options`` (option name -> :class:`Recorded`), e.g. the
 FFA layers' ``kernel`` (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`). A run's config
-that lacks one was written before fedaug recorded it, and ran with :attr:`Recorded.legacy` (for
-``kernel``: ``"auto"``, the compiled kernel whenever it built), a value no config can ask for: such
-a run is neither resumed (:func:`check_resume`) nor reused by ``fedaug compare --reuse``
-(:func:`fill_legacy`) on a path it may not have taken, until its ``config.toml`` says which.
+that lacks one was written before fedaug recorded it, and ran with :attr:`Recorded.legacy`. Where
+that is a value no config can ask for (``kernel``: ``"auto"``, the compiled kernel whenever it
+built), such a run is neither resumed (:func:`check_resume`) nor reused by ``fedaug compare
+--reuse`` (:func:`fill_legacy`) on a path it may not have taken, until its ``config.toml`` says
+which. Where it is a valid value the run certainly ran with (:attr:`Recorded.legacy_known`: VFDA's
+``noise_scale``, ``"variance"`` until the default became ``"std"``), the run resumes with it and is
+reused for cells that ask for it.
 """
 
 from __future__ import annotations
@@ -27,14 +30,18 @@ class Recorded:
 
     Attributes:
         default: the value a config that does not set the option runs with.
-        legacy: what a run recorded before the option existed ran with (not a valid value).
-        legacy_help: what ``legacy`` meant and which value to write into such a run's config to
-            continue or reuse it, in words.
+        legacy: what a run recorded before the option existed ran with.
+        legacy_help: what ``legacy`` meant and, unless ``legacy_known``, which value to write into
+            such a run's config to continue or reuse it, in words.
+        legacy_known: ``legacy`` is a valid value that every such run ran with (an option whose
+            default changed), so the run resumes with it; ``False``: a value no config can ask for
+            (what the run took is not known), so the user has to write it in.
     """
 
     default: Any
     legacy: Any
     legacy_help: str
+    legacy_known: bool = False
 
 
 def recorded_options(cfg: RunConfig) -> dict[tuple[str, str], Recorded]:
@@ -70,11 +77,12 @@ def fill_legacy(cfg: RunConfig) -> RunConfig:
 
 
 def legacy_notes(cfg: RunConfig) -> list[str]:
-    """One sentence per recorded option that a run directory's stored ``cfg`` lacks."""
+    """One sentence per recorded option that a run directory's stored ``cfg`` lacks and whose
+    legacy value is not known (the user has to say what the run ran with)."""
     return [f"method.options.{name}.{option} is not recorded (the run predates it; it ran with "
             f"{option} = {rec.legacy!r}: {rec.legacy_help})"
             for (name, option), rec in recorded_options(cfg).items()
-            if option not in cfg.method.options.get(name, {})]
+            if option not in cfg.method.options.get(name, {}) and not rec.legacy_known]
 
 
 _MISSING = object()
@@ -92,13 +100,15 @@ def check_resume(cfg: RunConfig, checkpoint_config: dict[str, Any] | None, where
     Returns:
         :func:`pin` of ``cfg``. Where the checkpoint predates the record and ``config.toml`` now
         states a value (the user wrote it in), ``checkpoint_config`` is updated to that value, so
-        that the checkpoint's config check passes.
+        that the checkpoint's config check passes; where neither states one and the legacy value
+        is known (:attr:`Recorded.legacy_known`), both take that value.
 
     Raises:
         ConfigError: a recorded option that the checkpoint and ``config.toml`` give different
             values (``config.toml`` edited), or that neither records (a run that predates the
             record); one message naming every such option, the values and the fix.
     """
+    known: dict[tuple[str, str], Any] = {}
     if checkpoint_config is not None:
         problems = []
         ckpt_options = checkpoint_config.setdefault("method", {}).setdefault("options", {})
@@ -106,7 +116,9 @@ def check_resume(cfg: RunConfig, checkpoint_config: dict[str, Any] | None, where
             key = f"method.options.{name}.{option}"
             stored = cfg.method.options.get(name, {}).get(option, _MISSING)
             ran = ckpt_options.get(name, {}).get(option, _MISSING)
-            if ran is _MISSING and stored is _MISSING:
+            if ran is _MISSING and stored is _MISSING and rec.legacy_known:
+                ckpt_options.setdefault(name, {})[option] = known[(name, option)] = rec.legacy
+            elif ran is _MISSING and stored is _MISSING:
                 problems.append(
                     f"{key} is not recorded: the run was started before fedaug recorded it and ran with "
                     f"{option} = {rec.legacy!r} ({rec.legacy_help}); write the value it ran with into "
@@ -122,4 +134,4 @@ def check_resume(cfg: RunConfig, checkpoint_config: dict[str, Any] | None, where
                     f"under [method.options.{name}] in {where}/config.toml, or start a new run")
         if problems:
             raise ConfigError(f"cannot resume '{where}': " + "; ".join(problems))
-    return pin(cfg)
+    return pin(_with(cfg, known))

@@ -3,7 +3,9 @@
 The records in ``records/`` were written by ``python -m tests.engine.replay.cases`` at bb05886 (main
 before the phase/axis refactor of issue 19). A difference here means a change altered the numerics of an
 existing method: fix it, or, if the change is intended, record it in the CHANGELOG and rewrite the records in a
-commit that says so.
+commit that says so. Rewritten since, as the CHANGELOG records: ``flea`` (dCor from a Gram matrix, float
+rounding) and ``vfda`` (its default ``noise_scale`` became ``"std"``; with ``"variance"`` the run replays the
+bb05886 record exactly).
 
 Two changes of the records' *structure* since then are intended and checked here, not hidden:
 

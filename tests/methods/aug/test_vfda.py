@@ -51,7 +51,7 @@ def test_server_sends_per_channel_global_variances():
     vfda.setup(model, (1, 8, 8))
     vfda.receive(ctx(model, 4), part, {})
     layer = vfda.layers["block1"]
-    assert layer.variance == "product" and layer.noise_scale == "variance"
+    assert layer.variance == "product" and layer.noise_scale == "std"  # Eq. 6 (the default since issue 18)
     np.testing.assert_allclose(layer.shared_mu.numpy(), MEANS.var(axis=0), rtol=1e-5)  # no t-modulation
     assert layer.momentum == pytest.approx(10 * np.exp(-4))
 

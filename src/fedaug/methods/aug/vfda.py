@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -13,6 +14,7 @@ from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
 from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
+from fedaug.methods.recorded import Recorded
 
 
 def emd_momentum(eta0: float, round_: int) -> float:
@@ -45,8 +47,11 @@ class VFDA(FeatureStatsAug):
         emd: ``False`` is the ablation "w/o EMD": constant ``momentum``.
         momentum: the constant weight of the old statistic when ``emd`` is off.
         global_variance: ``False`` is the ablation "w/o Global": local variance only, nothing sent.
-        noise_scale: ``"variance"`` multiplies the noise by the fused variance (Eq. 7 as
-            printed); ``"std"`` by its square root (the usual re-parameterisation).
+        noise_scale: ``"std"`` (default) scales the noise by the square root of the fused
+            variance, Eq. 6's ``N(mu, Sigma^2)``; ``"variance"`` by the fused variance itself, Eq. 7
+            as printed (the default until issue 18: that noise measured 1e-7 to 2e-3 of the
+            features' spread, below float32 resolution for up to half of the channel means, so
+            VFDA was its base algorithm in practice; docs/fedfa.md). Recorded in every run.
         at: module names; default the model's ``feature_stages`` (``unet3d``: the encoder).
         eps: added to the spatial variance before the square root.
         share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
@@ -60,13 +65,17 @@ class VFDA(FeatureStatsAug):
             global variance as a robust spread
             (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`).
 
-    >>> vfda = VFDA(noise_scale="std", at=["enc1", "enc2"])
+    >>> vfda = VFDA(noise_scale="variance", at=["enc1", "enc2"])  # Eq. 7 as printed
     """
 
     name = "vfda"
+    recorded_options: ClassVar[dict[str, Recorded]] = {**FeatureStatsAug.recorded_options, "noise_scale": Recorded(
+        default="std", legacy="variance", legacy_known=True,
+        legacy_help="VFDA's noise was scaled by the fused variance (Eq. 7 as printed) until the default "
+                    "became 'std' (issue 18)")}
 
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
-                 global_variance: bool = True, noise_scale: str = "variance",
+                 global_variance: bool = True, noise_scale: str = "std",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
                  share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
                  kernel: str = "off", stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
