@@ -101,8 +101,13 @@ def test_config_key_ignores_name_threads_and_out_dir_only(tiny_grid):
     assert config_key({**raw, "seed": 5}) != config_key(raw)
 
 
+def aug_spec(aug: str, **options):
+    """The tiny grid with one method, FedAvg + ``aug`` with ``options``, at seed 0."""
+    return tiny_spec(seeds=[0], methods={aug: {"method": {"augs": [aug], "options": {aug: options}}}})
+
+
 def fedfa_spec(**fedfa_options):
-    return tiny_spec(seeds=[0], methods={"FedFA": {"method": {"augs": ["fedfa"], "options": {"fedfa": fedfa_options}}}})
+    return aug_spec("fedfa", **fedfa_options)
 
 
 def reused(spec, out, root):
@@ -129,18 +134,15 @@ def test_reuse_matches_the_kernel_mode_and_never_guesses_an_unrecorded_one(tmp_p
 
 
 def test_a_run_from_before_vfdas_default_changed_is_reused_as_the_variance_reading(tmp_path):
-    def vfda_spec(**options):
-        return tiny_spec(seeds=[0], methods={"VFDA": {"method": {"augs": ["vfda"], "options": {"vfda": options}}}})
-
     source = tmp_path / "source"
-    run_grid(vfda_spec(noise_scale="variance"), source)
+    run_grid(aug_spec("vfda", noise_scale="variance"), source)
     (run,) = finished_runs(source).values()
     raw = read_toml(run / CONFIG)
     del raw["method"]["options"]["vfda"]["noise_scale"]  # as a run made before the option was recorded
     (run / CONFIG).write_text(dump_toml(raw))
     out = tmp_path / "out"
-    assert reused(vfda_spec(noise_scale="variance"), out, source) == [run]  # what it ran with, known
-    assert reused(vfda_spec(), out, source) == reused(vfda_spec(noise_scale="std"), out, source) == [None]
+    assert reused(aug_spec("vfda", noise_scale="variance"), out, source) == [run]  # what it ran with, known
+    assert reused(aug_spec("vfda"), out, source) == reused(aug_spec("vfda", noise_scale="std"), out, source) == [None]
 
 
 def test_a_grid_cell_from_before_the_kernel_option_asks_for_its_mode(tmp_path):

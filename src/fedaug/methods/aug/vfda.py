@@ -49,7 +49,7 @@ class VFDA(FeatureStatsAug):
         global_variance: ``False`` is the ablation "w/o Global": local variance only, nothing sent.
         noise_scale: ``"std"`` (default) scales the noise by the square root of the fused
             variance, Eq. 6's ``N(mu, Sigma^2)``; ``"variance"`` by the fused variance itself, Eq. 7
-            as printed (the default until issue 18: that noise measured 1e-7 to 2e-3 of the
+            as printed (the default until issue 18: that noise measured 5e-8 to 2e-3 of the
             features' spread, below float32 resolution for up to half of the channel means, so
             VFDA was its base algorithm in practice; docs/fedfa.md). Recorded in every run.
         at: module names; default the model's ``feature_stages`` (``unet3d``: the encoder).
