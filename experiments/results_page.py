@@ -17,7 +17,9 @@ with its command and the grid's own time estimate.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,16 +113,22 @@ PER_CLIENT = {"vfda_sites_brain_mri_3d"}
 #: where the sweep figures go, relative to the page
 FIGURES = "figures"
 
-#: the reading of each complete table, written against the numbers it was generated with
-READINGS: dict[str, str] = {
-    "fedfa_table1_digits4": (
+#: the runs the pre-issue-18 readings below were written against are gone (1-2 seeds, usps v1, FLea
+#: block2 at 30 rounds); their fingerprint matches no grid, so the page shows them as pending
+BEFORE_18 = "before issue 18"
+
+#: the reading of each complete table: (the :func:`fingerprint` of the runs it was written against,
+#: its text). A reading whose fingerprint differs from its grid's runs is not printed: the page says
+#: it is pending and the script warns, so a rerun grid never carries a reading of other numbers.
+READINGS: dict[str, tuple[str, str]] = {
+    "fedfa_table1_digits4": (BEFORE_18,
         "FedBN wins by a wide margin (+14.6 points final, +18.0 best with p = 0.014): Digits-4's "
         "domains differ mostly in low-level image statistics, which FedBN's local BatchNorm removes "
         "outright (Digits is FedBN's own benchmark). FedFA (+3.7) and FedMix (+3.6, p = 0.006) are "
         "the next best and FedProx helps a little; FedAvgM's server momentum hurts at 30 rounds. The "
         "paper's finding that FedFA beats every baseline does not carry over to this stand-in; "
         "FedFA beating FedAvg, FedProx, FedSAM and FedAvgM does."),
-    "fedfa_table4_digits4": (
+    "fedfa_table4_digits4": (BEFORE_18,
         "The unseen domain's accuracy is set by how far it lies from the three training domains, not "
         "by the method: about 80 % on MNIST, 34-39 % on MNIST-M-like, 12-15 % on SynthDigits-like, and "
         "chance (10.2 %, every method, every seed) on USPS-like, whose upsampled 8 x 8 UCI digits "
@@ -128,21 +136,21 @@ READINGS: dict[str, str] = {
         "domain (-5.4 to 0 points final, none significant over 2 seeds); FedMix is ahead on MNIST "
         "(+2.8 final, +6.6 best, not significant). The paper's Table 4 (FedFA leading on most unseen "
         "clients) is not reproduced on this stand-in."),
-    "fedfa_table5_digits4": (
+    "fedfa_table5_digits4": (BEFORE_18,
         "The paper's ordering holds: FedFA, whose noise variance fuses the client's batch variance "
         "with the federation's, is the only variant that beats FedAvg (+3.7 points, p = 0.012 over "
         "3 seeds); FedFA-C (client variance only) equals FedAvg and FedFA-R (a fixed variance) is "
         "7 points worse."),
-    "fedfa_table7_digits4": (
+    "fedfa_table7_digits4": (BEFORE_18,
         "Adaptive fusion beats direct fusion by 3.0 points, the paper's direction, but with 3 seeds "
         "the difference is not significant (p = 0.19); direct fusion still edges FedAvg."),
-    "fedfa_table6_digits4": (
+    "fedfa_table6_digits4": (BEFORE_18,
         "MixStyle, the per-client feature-statistics mixing that FedFA generalises, is the best "
         "single augmentation here (+10.6 points, but ± 7.3 over 2 seeds, p = 0.22); FedFA, M-Mixup "
         "and MoEx each add about 4 points. Unlike the paper, adding a second augmentation to FedFA "
         "does not beat FedFA alone, except with MixStyle; with 2 seeds and a spread of several points "
         "per run none of these differences is resolved."),
-    "fedfa_table8_digits4": (
+    "fedfa_table8_digits4": (BEFORE_18,
         "FFA in the early stages helps ({1}, {1, 2} and {1, 2, 3}: +4.1 to +4.7 points, p < 0.01 "
         "for the last two) and FFA in the last stage alone hurts ({4}: -6.2 points, {1, 4}: -3.7). "
         "small_cnn's block4 feeds global average pooling, and the spatial mean of a re-styled map "
@@ -155,7 +163,7 @@ READINGS: dict[str, str] = {
         "exactly), and that "
         "rounding alone moved seed 0 from 70.0 to 68.9 and seed 1 from 65.9 to 61.2 after 30 rounds. "
         "Differences of a few points between single runs are within that chaos."),
-    "fedfa_fig2_digits4": (
+    "fedfa_fig2_digits4": (BEFORE_18,
         "Both methods lose accuracy steadily as the clients' training sets shrink (about 64 % with "
         "all of it, 26-27 % with 1/6), but FedFA is not ahead of FedAvg at any size: the differences "
         "run from -8.1 to +1.5 points final (-4.0 to +1.8 best), none significant over 2 seeds. The "
@@ -164,7 +172,7 @@ READINGS: dict[str, str] = {
         "= 1.0 makes their configs differ from the earlier runs, so --reuse skips them) and "
         "reproduced the Table 1 FedAvg runs and the Table 8 {1, 2, 3, 4} runs bit for bit (e.g. "
         "seed 0: 0.655988857938... and 0.689415041782...)."),
-    "fedrdn_table1_digits4": (
+    "fedrdn_table1_digits4": (BEFORE_18,
         "FedRDN raises the final accuracy of all six algorithms (+0.6 to +6.8 points), the paper's "
         "direction (an up arrow in every row), though by less than the paper's +7 to +11 on "
         "Office-Caltech 10, and with one seed per cell each gain is within the run-to-run spread "
@@ -175,12 +183,12 @@ READINGS: dict[str, str] = {
         "each client is evaluated with its own model. SCAFFOLD runs with the momentum-aware option-II "
         "update (docs/baselines.md); with the paper's divisor it diverged under the preset's SGD "
         "momentum 0.9."),
-    "fedrdn_table1_fedfa_digits4": (
+    "fedrdn_table1_fedfa_digits4": (BEFORE_18,
         "Under this grid's protocol (SGD lr 0.01, 20 rounds) FedFA ends at 46.2 %, below FedAvg's "
         "55.3 % in the FedAvg row of fedrdn_table1_digits4: the 30-round, lr 0.05 protocol of the "
         "FedFA tables favours it. FedRDN adds nothing to FedFA here (-0.6), normalisation costs 4.3 "
         "points and FedMix adds 1.7; one seed per cell, so none of this is resolved."),
-    "flea_table1_fmnist": (
+    "flea_table1_fmnist": (BEFORE_18,
         "One seed per cell, so no difference here is resolved; three patterns are large enough to "
         "note. FedData, which shares 10 % of the raw data (a reference, not a private method), is "
         "best everywhere. CCVR's classifier calibration helps the hard label skews (Qua(3) and "
@@ -195,21 +203,21 @@ READINGS: dict[str, str] = {
         "block2 features (32 x 14 x 14, two conv layers from the pixels) from the image removes "
         "what the classifier needs; the paper tuned lambda2 on MobileNetV2 (its Fig. 11). "
         "docs/flea.md has the 3-seed experiments and the privacy side of this trade-off."),
-    "flea_fig2_fmnist": (
+    "flea_fig2_fmnist": (BEFORE_18,
         "The paper's two observations hold in a milder form (one seed per cell): FedAvg loses "
         "accuracy as local data gets scarce (81.7 % at 600 samples per client, 77.4 % at 100, 72.3 % "
         "at 50; the paper: 75, 56 and 37 % on CIFAR10), and the loss-based FedDecorr and FedNTD and "
         "the data-sharing FedMix and FedData decline with it, staying within about 2 points of FedAvg "
         "at every size (FedMix -6.1 at 600). Without label skew, sharing 10 % of the raw data "
         "(FedData) buys at most 1.5 points here."),
-    "vfda_table2_brain_mri": (
+    "vfda_table2_brain_mri": (BEFORE_18,
         "No effect is resolved over 2 seeds: VFDA and VFDA without the global variances change the "
         "final Dice by -2.2 to +2.4 points with p >= 0.29, and their best-round Dice by -0.5 to +2.9. "
         "FedBN is 20-22 points ahead of FedAvg and FedProx, since the two sites differ mainly in "
         "intensity statistics. The stand-in is weak evidence either way: brain_mri has two sites and "
         "labels derived by intensity thresholds (docs/data.md); the paper's cardiac multi-site data "
         "has no offline loader."),
-    "vfda_sites_brain_mri_3d": (
+    "vfda_sites_brain_mri_3d": ("87ea4cc7b157",
         "No VFDA effect is resolved in 3D on four simulated scanner sites: with the noise by the "
         "standard deviation (Eq. 6, fedaug's default since issue 18) VFDA changes the final Dice by "
         "+0.7 to +1.3 points (p 0.14-0.68), without the global variances by +1.2 to +2.7 (p >= 0.20). "
@@ -246,6 +254,20 @@ CLAIMS_NOTE = (
     "reversed = at least one comparison significantly the other way; not reproduced = neither (the "
     "section gives the differences and p-values, and its reading the diagnosis). With 3 seeds a "
     "paired t-test resolves only differences that are large against the seed-to-seed spread.")
+
+
+def fingerprint(results: Results) -> str:
+    """12 hex digits that change when any cell's final or best score changes (or a cell is added or
+    dropped): what a reading in :data:`READINGS` is pinned to."""
+    cells = sorted((r.setting, r.method, r.seed, f"{r.score('final'):.9g}", f"{r.score('best'):.9g}")
+                   for r in results.runs)
+    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:12]
+
+
+def reading(grid: str, results: Results) -> str | None:
+    """The section's reading, or ``None`` when none is written for these runs (see :data:`READINGS`)."""
+    pinned, text = READINGS.get(grid, (None, ""))
+    return text if pinned == fingerprint(results) else None
 
 
 def wall_time(out: Path, results: Results) -> str:
@@ -316,8 +338,11 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
             blocks += [Paragraph(f"{name}, per client:"), *setting_tables(setting)[1:3]]
     blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
                for v in found.verdicts or []]
-    if grid in READINGS and not missing:
-        blocks.append(Paragraph(f"Reading: {READINGS[grid]}"))
+    if not missing:
+        text = reading(grid, results)
+        blocks.append(Paragraph(f"Reading: {text}" if text is not None else
+                                f"Reading: pending (none is written yet for these runs, fingerprint "
+                                f"{fingerprint(results)})."))
     return blocks
 
 
@@ -350,6 +375,10 @@ def main() -> None:
     for title, grid, sweep in TABLES:
         blocks += section(title, grid, sweep, args.compare, found[grid])
     blocks.append(Paragraph(COLUMNS_NOTE))
+    for grid, f in found.items():
+        if f is not None and f.verdicts is not None and reading(grid, f.results) is None:
+            print(f"warning: {grid} is complete but has no reading for its runs (fingerprint "
+                  f"{fingerprint(f.results)}); write one in READINGS", file=sys.stderr)
     for image in (b for b in blocks if isinstance(b, Image)):
         atomic_write_bytes(args.out.parent / FIGURES / image.name, image.png)
     atomic_write_text(args.out, to_markdown(blocks, FIGURES))

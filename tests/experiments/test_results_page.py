@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 from fedaug.report.claims import Claim, judge
 from fedaug.report.results import load_grid_results, summarize
@@ -38,3 +39,41 @@ def test_the_page_judges_each_claim_of_a_finished_grid(tiny_grid, tmp_path, monk
     assert f"| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | {verdict.verdict} (" in text
     assert "| Other | x | a | not run yet |" in text
     assert f"Verdict: {verdict.verdict}; claimed direction in " in text
+
+
+def test_a_reading_is_printed_only_for_the_runs_it_was_written_against(tiny_grid, tmp_path, monkeypatch, capsys):
+    page = load_script("results_page")
+    compare = tmp_path / "compare"
+    shutil.copytree(tiny_grid, compare / "tiny")
+    monkeypatch.setattr(page, "TABLES", [("Tiny table: a test", "tiny", False)])
+    monkeypatch.setattr(page, "CLAIMS", {})
+    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec())
+    monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
+    results = load_grid_results(compare / "tiny")
+    pinned = page.fingerprint(results)
+    assert len(pinned) == 12 and pinned == page.fingerprint(load_grid_results(compare / "tiny"))
+
+    monkeypatch.setattr(page, "READINGS", {"tiny": (pinned, "the higher rate wins here.")})
+    page.main()
+    assert "Reading: the higher rate wins here." in (tmp_path / "r.md").read_text()
+    assert "warning" not in capsys.readouterr().err
+
+    # a reading written against other numbers (a rerun moved one score) is withheld, and the script says so
+    monkeypatch.setattr(page, "READINGS", {"tiny": ("0123456789ab", "the higher rate wins here.")})
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    assert "the higher rate wins here." not in text
+    assert f"Reading: pending (none is written yet for these runs, fingerprint {pinned})." in text
+    assert f"warning: tiny is complete but has no reading for its runs (fingerprint {pinned})" in capsys.readouterr().err
+
+
+def test_the_fingerprint_changes_with_any_score(tiny_grid):
+    page = load_script("results_page")
+    results = load_grid_results(tiny_grid)
+    run = results.runs[0]
+    final = dict(run.summary["final"], eval={**run.summary["final"]["eval"], "mean": {
+        **run.summary["final"]["eval"]["mean"], f"test_{run.metric}": run.score("final") + 1e-6}})
+    moved = type(results)(results.meta, results.settings, results.methods, results.baseline,
+                          [replace(run, summary={**run.summary, "final": final}), *results.runs[1:]])
+    assert page.fingerprint(moved) != page.fingerprint(results)
+    assert page.fingerprint(moved) == page.fingerprint(moved)
