@@ -2,8 +2,15 @@
 
 Usage::
 
+    .venv/bin/fedaug archive results/GRID runs/compare/GRID                                  # bring kept runs back
     nice -n 5 .venv/bin/fedaug compare GRID --jobs 2 --set threads=1 --reuse runs/compare   # each grid below (resumable)
-    .venv/bin/python experiments/results_page.py [--compare runs/compare] [--out docs/results.md]
+    .venv/bin/fedaug archive runs/compare/GRID results/GRID                                  # keep its finished runs
+    .venv/bin/python experiments/results_page.py [--compare results] [--out docs/results.md]
+
+The page is written from ``results/``, the archive of the grids' finished runs committed with the
+code (``fedaug archive``: configs, summaries and gzipped records, no checkpoints), so it can be
+written again from a fresh clone; a grid's missing cells train again after the archive is brought
+back into ``runs/compare``.
 
 For each table: what it reproduces and with what it is replaced, the command, the wall time its
 ``fedaug compare`` invocations took (summed from the grid's ``invocations.jsonl``; cells copied in by
@@ -256,8 +263,10 @@ INTRO = (
     "`--reuse` instead of trained again. Against the page before issue 18 (1-3 seeds): the Digits-4 "
     "grids use the USPS-like domain `usps_style = \"v2\"` (docs/data.md; `v1` sat at chance under "
     "FedAvg and decided the mean), the FLea grids run FedDecorr with the authors' normalisation, and "
-    "the FLea Table 1 grid runs the paper's 100 rounds instead of 30. Regenerate the page with "
-    "`.venv/bin/python experiments/results_page.py` after running the grids."
+    "the FLea Table 1 grid runs the paper's 100 rounds instead of 30. Every finished run behind the "
+    "page is kept in `results/GRID` (its config, summary and gzipped per-round records, no "
+    "checkpoints; `fedaug archive`), so `.venv/bin/python experiments/results_page.py` writes the "
+    "page again from a fresh clone."
 )
 
 
@@ -338,7 +347,7 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
     missing = len(summary["missing"])
     state = "complete" if not missing else f"partial: {missing} of {total} cells not finished yet"
     blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Full per-client tables: "
-                            f"`runs/compare/{grid}/table.md`."))
+                            f"`{out.as_posix()}/table.md`."))
     if sweep and results.runs:
         blocks.append(Image(f"results_{grid}.png", settings_png(summary),
                             f"{title}: final mean client test metric per setting, mean ± std over seeds"))
@@ -379,7 +388,8 @@ def claims_table(found: dict[str, Finished | None]) -> Table:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", type=Path, default=Path("runs/compare"), help="where the grids ran")
+    parser.add_argument("--compare", type=Path, default=Path("results"),
+                        help="the grids' finished runs: the committed archive (default) or runs/compare")
     parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
     args = parser.parse_args()
     found = {grid: read_grid(args.compare / grid, grid) for _, grid, _ in TABLES}

@@ -8,6 +8,7 @@ the temporary files a killed writer left. Readers (reports, ``fedaug compare``) 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -25,13 +26,16 @@ from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_te
 from fedaug.engine.runlock import RunLock
 
 CONFIG, METRICS, SUMMARY, REPORT, CKPT_DIR = "config.toml", "metrics.jsonl", "summary.json", "report.md", "checkpoints"
+#: the per-round records of an archived run (:mod:`fedaug.report.archive`): ``metrics.jsonl`` gzipped
+METRICS_GZ = METRICS + ".gz"
 #: where a resume keeps the ``metrics.jsonl`` lines it does not carry on (one JSON object per line)
 ASIDE = "metrics.aside.jsonl"
 _CKPT = re.compile(r"round_(\d{6})\.pt$")
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The round records of a ``metrics.jsonl`` file and the lines that are not among them.
+    """The round records of a ``metrics.jsonl`` file and the lines that are not among them; where
+    the file is absent, those of its gzipped copy ``metrics.jsonl.gz`` (an archived run), if any.
 
     A line that is not JSON, or not an object with an integer ``round`` >= 1, is left out; so is
     a torn last line (no newline: the writer was killed mid-line), and every record of a round
@@ -43,8 +47,12 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         "reason": why, "text": the line}`` for each line left out (blank lines are skipped).
     """
     if not path.is_file():
-        return [], []
-    data = path.read_bytes()
+        packed = path.with_name(path.name + ".gz")
+        if not packed.is_file():
+            return [], []
+        data = gzip.decompress(packed.read_bytes())
+    else:
+        data = path.read_bytes()
     lines = data.split(b"\n")
     by_round: dict[int, tuple[int, dict[str, Any]]] = {}
     left_out = []
