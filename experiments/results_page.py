@@ -311,6 +311,19 @@ def wall_time(out: Path, results: Results) -> str:
     return f"{total / 60:.1f} min over {len(log)} invocation(s) ({did or 'nothing new'}); {cells}"
 
 
+def machines(results: Results) -> str:
+    """Where the grid's runs ran: each (CPU model, torch CPU capability, threads) with its count of runs,
+    most runs first; runs written before summaries recorded the CPU (issue 18) are counted as such.
+    The capability decides the float32 kernels, hence the exact numbers (docs/engine.md)."""
+    counts: dict[str, int] = {}
+    for run in results.runs:
+        env = run.summary.get("environment", {})
+        key = (f"{env['cpu']}, {env['cpu_capability']}, {env['threads']} thread(s)" if "cpu_capability" in env
+               else "CPU not recorded")
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{key}: {n} run(s)" for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 @dataclass(frozen=True)
 class Finished:
     """A grid's outputs, read once for the whole page: its runs, their summary and, when every cell
@@ -346,8 +359,8 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
     total = sum(len(s["methods"]) for s in summary["settings"].values()) * len(summary["grid"]["seeds"])
     missing = len(summary["missing"])
     state = "complete" if not missing else f"partial: {missing} of {total} cells not finished yet"
-    blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Full per-client tables: "
-                            f"`{out.as_posix()}/table.md`."))
+    blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Ran on: {machines(results)}. "
+                            f"Full per-client tables: `{out.as_posix()}/table.md`."))
     if sweep and results.runs:
         blocks.append(Image(f"results_{grid}.png", settings_png(summary),
                             f"{title}: final mean client test metric per setting, mean ± std over seeds"))

@@ -98,4 +98,18 @@ def test_environment_names_device_precision_and_versions() -> None:
     env = environment(torch.device("cpu"), "bf16-mixed", True)
     assert env["device"] == "cpu" and env["precision"] == "bf16-mixed" and env["deterministic"] is True
     assert env["torch"] == torch.__version__ and env["cuda"] == torch.version.cuda
-    assert set(env) == {"device", "device_name", "precision", "deterministic", "torch", "cuda", "cudnn"}
+    assert set(env) == {"device", "device_name", "precision", "deterministic", "torch", "cuda", "cudnn", "cpu",
+                        "cpu_capability", "threads"}
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["threads"] == torch.get_num_threads()
+    assert env["device_name"] == env["cpu"] == dev.cpu_name() != ""
+
+
+def test_cpu_name_reads_the_model_name_or_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14\n")
+    real = dev.Path
+    monkeypatch.setattr(dev, "Path", lambda p: info if p == "/proc/cpuinfo" else real(p))
+    assert dev.cpu_name() == "AMD EPYC 9B14"
+    info.unlink()  # no /proc/cpuinfo (macOS, Windows): the platform's name
+    monkeypatch.setattr(dev.platform, "processor", lambda: "arm")
+    assert dev.cpu_name() == "arm"

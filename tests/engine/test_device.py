@@ -142,6 +142,7 @@ def test_summary_records_the_environment(tmp_path) -> None:
     env = summary["environment"]
     assert env["device"] == str(dev.resolve_device("auto")) and env["precision"] == "bf16-mixed"
     assert env["torch"] == torch.__version__ and "cudnn" in env and env["deterministic"] is False
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["threads"] >= 1
     assert 'device = "auto"' in (run_dir.path / "config.toml").read_text()  # resolved again on resume
 
 

@@ -77,3 +77,21 @@ def test_the_fingerprint_changes_with_any_score(tiny_grid):
                           [replace(run, summary={**run.summary, "final": final}), *results.runs[1:]])
     assert page.fingerprint(moved) != page.fingerprint(results)
     assert page.fingerprint(moved) == page.fingerprint(moved)
+
+
+def test_the_page_says_where_the_runs_ran(tiny_grid):
+    """Each (CPU, capability, threads) is counted; a run whose summary predates the record is counted as such."""
+    page = load_script("results_page")
+    results = load_grid_results(tiny_grid)
+    env = results.runs[0].summary["environment"]
+    here = f"{env['cpu']}, {env['cpu_capability']}, {env['threads']} thread(s)"
+    assert page.machines(results) == f"{here}: {len(results.runs)} run(s)"
+    old = {k: v for k, v in env.items() if k not in ("cpu", "cpu_capability", "threads")}
+    other = {**env, "cpu_capability": "AVX2"}
+    mixed = type(results)(results.meta, results.settings, results.methods, results.baseline, [
+        replace(results.runs[0], summary={**results.runs[0].summary, "environment": old}),
+        replace(results.runs[1], summary={**results.runs[1].summary, "environment": other}), *results.runs[2:]])
+    rest = len(results.runs) - 2
+    assert rest >= 2
+    assert page.machines(mixed) == (f"{here}: {rest} run(s); {env['cpu']}, AVX2, {env['threads']} thread(s): "
+                                    "1 run(s); CPU not recorded: 1 run(s)")  # ties in the key's order

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -141,16 +142,34 @@ def check_fits(nbytes: int, device: torch.device, what: str) -> None:
                           "per round)")
 
 
+def cpu_name() -> str:
+    """This machine's CPU model as the OS names it (Linux: ``model name`` in ``/proc/cpuinfo``), else
+    :func:`platform.processor` or the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device, precision: str, deterministic: bool) -> dict[str, Any]:
     """What a run's summary records of where it ran: the device and its name, the precision, whether
-    deterministic algorithms were on, and the torch, CUDA and cuDNN versions (``None`` where absent)."""
+    deterministic algorithms were on, the torch, CUDA and cuDNN versions (``None`` where absent), and
+    the CPU: its model (``cpu``), the vector instructions torch's CPU kernels dispatch to
+    (``cpu_capability``: ``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``, ...; the ``ATEN_CPU_CAPABILITY``
+    environment variable lowers it) and torch's thread count (``threads``). A float32 run on the CPU
+    repeats bit for bit only on the same capability and thread count: the kernels' summation order
+    follows both, and training amplifies the rounding (docs/engine.md, "Reproducibility across CPUs")."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     elif device.type == "mps":
         name = "Apple MPS"
     else:
-        name = platform.processor() or platform.machine()
+        name = cpu_name()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {"device": str(device), "device_name": name, "precision": precision, "deterministic": deterministic,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn}
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "cpu": cpu_name(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 
