@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedaug.config.load import dump_toml, read_toml
 from fedaug.config.schema import validate
@@ -272,3 +274,27 @@ def test_a_run_from_before_a_default_changed_resumes_with_the_value_it_ran_with(
     default["out_dir"] = str(tmp_path / "default")
     _, run = run_experiment(validate(default), quiet=True)
     assert read_toml(run.path / "config.toml")["method"]["options"]["vfda"] == {"kernel": "off", "noise_scale": "std"}
+
+
+def test_resume_warns_when_the_checkpoint_was_written_on_other_cpu_kernels(tmp_path):
+    """A checkpoint records where the run computed; resuming under another CPU capability or thread count
+    warns, naming what moved (the rounds after it are another sample). The same environment is silent."""
+    raw = tiny_raw(rounds=3)
+    full, part = interrupted(tmp_path, raw, 2)
+    ckpt = part / "checkpoints" / "round_000002.pt"
+    here = load_tensors(ckpt)["environment"]
+    assert here["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and here["threads"] >= 1
+    payload = load_tensors(ckpt)
+    payload["environment"] = {**here, "cpu_capability": "AVX2-elsewhere", "threads": here["threads"] + 3}
+    save_tensors(ckpt, payload)
+    moved = (f"cpu_capability 'AVX2-elsewhere' -> '{here['cpu_capability']}', "
+             f"threads {here['threads'] + 3} -> {here['threads']}")
+    with pytest.warns(UserWarning, match=rf"round 2's checkpoint was written elsewhere \({moved}\): the rounds"):
+        resume_experiment(str(part), quiet=True)
+    # the model is restored as written: on this machine the rounds after it are the uninterrupted run's
+    assert summary_numbers(part) == summary_numbers(full)
+
+    _, again = interrupted(tmp_path / "same", raw, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resume_experiment(str(again), quiet=True)

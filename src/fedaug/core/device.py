@@ -170,6 +170,6 @@ def environment(device: torch.device, precision: str, deterministic: bool) -> di
         name = cpu_name()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {"device": str(device), "device_name": name, "precision": precision, "deterministic": deterministic,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "cpu": cpu_name(),
+            "torch": str(torch.__version__), "cuda": torch.version.cuda, "cudnn": cudnn, "cpu": cpu_name(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 

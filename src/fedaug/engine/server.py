@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ from fedaug.metrics.tasks import make_task
 from fedaug.privacy.accountant import run_accountant
 
 CHECKPOINT_FORMAT = 1
+#: what a resume compares between the checkpoint and this process (:meth:`Simulation.restore` warns on a change)
+RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
 
 @dataclass(frozen=True)
@@ -275,13 +278,21 @@ class Server:
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: plain dicts of tensors and scalars, on the CPU."""
+        """Everything needed to continue exactly: plain dicts of tensors and scalars, on the CPU, and
+        where the run computed (``environment``: :meth:`restore` warns when that changes)."""
         return {"format": CHECKPOINT_FORMAT, "round": self.round, "config": self.cfg.to_dict(),
                 "server": to_device(self.server, CPU), "clients": to_device(self.fleet.checkpoint(), CPU),
-                "best": self.best, "last_eval": self.last_eval, "comm_total": self.comm_total}
+                "best": self.best, "last_eval": self.last_eval, "comm_total": self.comm_total,
+                "environment": self._environment()}
+
+    def _environment(self) -> dict[str, Any]:
+        return environment(self.device, self.cfg.precision, self.cfg.deterministic)
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint`'s output (the config must be the same)."""
+        """Continue from :meth:`checkpoint`'s output (the config must be the same). A checkpoint written
+        on another device, CPU model, CPU capability or thread count is restored with a warning: the
+        rest of the run computes with other float32 kernels, so it is another sample of the experiment,
+        not the numbers the uninterrupted run would have given (docs/engine.md)."""
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
@@ -301,6 +312,13 @@ class Server:
         self.fleet.restore(payload["clients"])  # moved to the worker's device when a client runs
         self.best, self.last_eval = payload["best"], payload["last_eval"]
         self.comm_total = payload["comm_total"]
+        then, now = payload.get("environment"), self._environment()  # absent: written before it was recorded
+        moved = [f"{k} {then.get(k)!r} -> {now[k]!r}" for k in RESUME_ENVIRONMENT if then and then.get(k) != now[k]]
+        if moved:
+            warnings.warn(f"round {self.round}'s checkpoint was written elsewhere ({', '.join(moved)}): the rounds "
+                          "from here compute with other float32 kernels, so the run will not equal one that was "
+                          "not interrupted (docs/engine.md, 'Reproducibility across CPUs'); resume on the first "
+                          "machine, or with the same threads, for the same numbers", stacklevel=2)
 
     # --- the whole run ------------------------------------------------------------------------
     def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
