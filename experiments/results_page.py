@@ -266,7 +266,11 @@ INTRO = (
     "the FLea Table 1 grid runs the paper's 100 rounds instead of 30. Every finished run behind the "
     "page is kept in `results/GRID` (its config, summary and gzipped per-round records, no "
     "checkpoints; `fedaug archive`), so `.venv/bin/python experiments/results_page.py` writes the "
-    "page again from a fresh clone."
+    "page again from a fresh clone. Training the cells again repeats them bit for bit only on the same "
+    "CPU capability and thread count: torch's float32 kernels follow the CPU's vector instructions, and "
+    "30 rounds turn a last-bit difference into a different run (docs/engine.md, \"Reproducibility "
+    "across CPUs\"), so each section says where its runs ran; the runs before that record say \"CPU not "
+    "recorded\" (this machine: AMD EPYC, AVX512)."
 )
 
 
