@@ -4,9 +4,12 @@ For each finished run directory given, loads the final global model (newest chec
 every client reports the test accuracy with the global BatchNorm running statistics (what the run
 recorded) and with statistics re-estimated on that client's own training inputs (weights
 unchanged; one pass, cumulative averages). A large jump means the averaged statistics, not the
-weights, fail that client: the feature-shift failure FedBN addresses.
+weights, fail that client: the feature-shift failure FedBN addresses. ``--stats-from test`` takes
+the statistics from the client's test inputs instead (labels unused): for a run with
+``data.options.held_out`` the test split is the unseen domain, so this asks whether the model would
+recognise that domain once normalised by its own statistics (test-time BatchNorm adaptation).
 
-    .venv/bin/python experiments/bn_check.py runs/fedfa/digits4/fedavg-s*/*/ [--table]
+    .venv/bin/python experiments/bn_check.py runs/fedfa/digits4/fedavg-s*/*/ [--stats-from test]
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ def reestimate_bn(model: nn.Module, split: Split, batch: int = 64) -> None:
             model(split.x[i:i + batch])
 
 
-def check(run: Path) -> dict[str, tuple[float, float]]:
-    """client name -> (test accuracy with the global statistics, with the client's own)."""
+def check(run: Path, stats_from: str = "train") -> dict[str, tuple[float, float]]:
+    """client name -> (test accuracy with the global statistics, with the client's own, taken from
+    its ``stats_from`` split's inputs)."""
     cfg = parse_config(read_toml(run / CONFIG))
     payload = RunDir.open(str(run)).load_latest()
     if payload is None:
@@ -60,7 +64,7 @@ def check(run: Path) -> dict[str, tuple[float, float]]:
     for client in data.clients:
         model.load_state_dict(weights)
         before = accuracy(model, client.test)
-        reestimate_bn(model, client.train)
+        reestimate_bn(model, getattr(client, stats_from))
         out[client.name] = (before, accuracy(model, client.test))
     return out
 
@@ -69,12 +73,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished run directories")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--stats-from", choices=("train", "test"), default="train",
+                        help="the client's split whose inputs give the re-estimated statistics")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print("| run | client: global BN -> own BN (%) | mean |")
     print("|---|---|---|")
     for run in args.runs:
-        res = check(run)
+        res = check(run, args.stats_from)
         cells = ", ".join(f"{k} {100 * a:.1f} -> {100 * b:.1f}" for k, (a, b) in res.items())
         before = statistics.mean(a for a, _ in res.values())
         after = statistics.mean(b for _, b in res.values())
