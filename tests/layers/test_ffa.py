@@ -240,6 +240,39 @@ def test_gradients_reach_the_input_exactly(variance, noise_scale, estimator, ker
     assert x.grad is not None and bool(x.grad.abs().sum() > 0)
 
 
+@pytest.mark.parametrize("variance, noise_scale, estimator", [
+    ("fused", "std", "paper"), ("product", "variance", "official"), ("client", "std", "official"),
+    ("fixed", "std", "paper"),
+])  # fmt: skip
+def test_pytorch_path_has_exact_second_derivatives(variance, noise_scale, estimator):
+    """FedMix differentiates an input gradient (create_graph): the gradient through the layer must
+    itself be differentiable, and its first derivative the same as the plain backward's."""
+    x = torch.tensor(X, requires_grad=True)
+    layer = FFALayer(2, p=1.0, variance=variance, noise_scale=noise_scale, estimator=estimator,
+                     generator=torch.Generator().manual_seed(0)).double()
+    if variance in ("fused", "product"):
+        layer._set_shared(torch.tensor([0.5, 1.5], dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+
+    def fresh(inp):
+        layer.generator = torch.Generator().manual_seed(0)
+        return layer(inp)
+
+    assert torch.autograd.gradgradcheck(fresh, (x,))
+    weights = torch.linspace(-1.0, 1.0, x.numel(), dtype=torch.float64).view_as(x)
+    (plain,) = torch.autograd.grad((fresh(x) * weights).pow(2).sum(), x)
+    (graphed,) = torch.autograd.grad((fresh(x) * weights).pow(2).sum(), x, create_graph=True)
+    assert graphed.requires_grad
+    torch.testing.assert_close(graphed.detach(), plain, rtol=1e-12, atol=1e-12)
+
+
+def test_autograd_map_has_second_derivatives():
+    def shift(mu: torch.Tensor, sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return mu + 0.5 * mu.pow(2), sigma * (1.0 + sigma.mean(0))  # couples the samples
+
+    x = torch.tensor(X, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: restyle(t, autograd_map(shift))[0], (x,))
+
+
 @pytest.mark.parametrize("shape", [(6, 4, 7, 5), (3, 4, 16, 16)])  # short rows and long rows (N >= 64)
 def test_fused_backward_matches_plain_autograd(shape, kernel_mode):
     torch.manual_seed(0)

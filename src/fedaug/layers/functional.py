@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from fedaug.core.errors import ConfigError
 from fedaug.layers import kernel as compiled
@@ -122,7 +121,9 @@ class StatNoise:
     Eq. 9) or ``s = f`` (``"variance"``, VFDA Eq. 7 as printed). The vector-Jacobian product is
     the closed form ``dL/dz = G + (2 / (B - correction)) (sum_b G_b noise_b) ds/dv (z - mean_b z)``
     (``G = dL/dz_hat``), exact and far cheaper than an autograd graph on ``(B, C)`` tensors; the
-    square root's gradient at ``f = 0`` is taken as 0 (no NaN for a batch of one).
+    square root's gradient at ``f = 0`` is taken as 0 (no NaN for a batch of one). Called on a ``z``
+    that requires grad, ``z_hat`` is also an autograd function of ``z`` (what :func:`restyle`'s
+    double backward differentiates).
 
     Args:
         noise: ``(2, B, C)`` standard normal draws (means, then stds).
@@ -158,7 +159,8 @@ class StatNoise:
             self.variance.add_(self.extra)
         self.fused = self.mult * self.variance  # >= 0
         if self.noise_scale == "std":
-            s = self.fused.sqrt()
+            positive = self.fused > 0  # sqrt's gradient at 0 is taken as 0 (also under autograd)
+            s = torch.where(positive, torch.where(positive, self.fused, 1.0).sqrt(), 0.0)
             coef = (self.mult / (s * denom)).nan_to_num_(0.0, 0.0, 0.0)  # 2 ds/dv / denom; 0 where s = 0
         else:
             s, coef = self.fused, self.mult * (2.0 / denom)
@@ -176,8 +178,9 @@ def autograd_map(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> Stats
     such as :class:`StatNoise`; tensors ``fn`` closes over get no gradient)."""
 
     def stats_map(z: Tensor) -> tuple[Tensor, StatsVJP]:
+        attached = z.requires_grad  # restyle's double backward: z_hat must stay a function of z
         with torch.enable_grad():
-            z_l = z.detach().requires_grad_()
+            z_l = z if attached else z.detach().requires_grad_()
             z_hat = torch.stack(fn(z_l[0], z_l[1]))
 
         def vjp(g: Tensor) -> Tensor:
@@ -186,7 +189,7 @@ def autograd_map(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> Stats
             (grad,) = torch.autograd.grad(z_hat, z_l, g, allow_unused=True, retain_graph=True)
             return torch.zeros_like(z) if grad is None else grad
 
-        return z_hat.detach(), vjp
+        return (z_hat if attached else z_hat.detach()), vjp
 
     return stats_map
 
@@ -224,8 +227,11 @@ class _Restyle(torch.autograd.Function):
     falls back to a scalar loop). Backward: one reduction pass (``sum g``, ``sum g (x - mu)`` from
     ``native_batch_norm_backward``), the map's vector-Jacobian product (which couples the samples
     through the batch variances; nothing is detached, gradients are exact), then
-    ``dx = g * a + k1 (x - mu) + k0`` in two vectorised passes. Double backward is not supported.
-    An unbiased spatial variance (``N - 1``) is the biased one times ``N / (N - 1)``.
+    ``dx = g * a + k1 (x - mu) + k0`` in two vectorised passes. An unbiased spatial variance
+    (``N - 1``) is the biased one times ``N / (N - 1)``. Under ``create_graph`` (a second
+    derivative will be taken, as FedMix's input gradient does) the backward instead recomputes ``y``
+    with plain autograd operations (:func:`channel_stats`, the map on an attached ``z``, the same
+    noise) and differentiates that, so the gradient is itself differentiable.
     """
 
     @staticmethod
@@ -244,12 +250,14 @@ class _Restyle(torch.autograd.Function):
         y = torch.batch_norm(flat, a.view(-1), z_hat[0].reshape(-1), mean, ones, False, 0.0, 0.0, False)
         ctx.save_for_backward(x, mean)
         ctx.stats, ctx.vjp, ctx.n, ctx.denom = (z, a, ones), vjp, n, denom
+        ctx.fn, ctx.eps, ctx.unbiased = fn, eps, unbiased
         ctx.mark_non_differentiable(z)
         return y.view_as(x), z
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, gy: Tensor, _gz: Tensor):  # type: ignore[override]
+        if torch.is_grad_enabled():  # create_graph: the gradient must be differentiable again
+            return _Restyle.differentiable_backward(ctx, gy), None, None, None
         x, mean = ctx.saved_tensors
         z, a, ones = ctx.stats
         flat_g, flat_x = gy.reshape(1, -1, ctx.n), x.reshape(1, -1, ctx.n)
@@ -263,6 +271,19 @@ class _Restyle(torch.autograd.Function):
                               False, 0.0, 0.0, False)  # d mu / d x = 1 / n
         gx.addcmul_(flat_g, a.view(1, -1, 1))
         return gx.view_as(x), None, None, None
+
+    @staticmethod
+    def differentiable_backward(ctx, gy: Tensor) -> Tensor:
+        """``dL/dx`` as an autograd function of ``x`` and ``gy`` (both ``(B, C, *spatial)``): ``y``
+        (Eq. 8) recomputed from :func:`channel_stats` and the map with plain operations."""
+        x, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            mu, sigma = channel_stats(x, eps=ctx.eps, unbiased=ctx.unbiased)
+            z_hat, _ = ctx.fn(torch.stack((mu, sigma)))
+            shape = (*mu.shape, *([1] * (x.dim() - 2)))
+            y = (x - mu.view(shape)) / sigma.view(shape) * z_hat[1].view(shape) + z_hat[0].view(shape)
+            (gx,) = torch.autograd.grad(y, x, gy, create_graph=True)
+        return gx
 
 
 #: dtypes the compiled kernel (:mod:`fedaug.layers.kernel`) handles; others take :class:`_Restyle`.
@@ -288,8 +309,8 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
     compiled kernel (:mod:`fedaug.layers.kernel`; same function, one C++ autograd node); anything
     else (``kernel="off"``, other maps, devices or dtypes, tracing by ``torch.compile``) runs
     :class:`_Restyle`. The two agree to float rounding; in float32 that rounding differs, so a
-    long training run on one path does not reproduce a run on the other. Double backward is not
-    supported.
+    long training run on one path does not reproduce a run on the other. The pure-PyTorch path
+    supports double backward (FedMix combined with FedFA or VFDA); the compiled kernel does not.
 
     Args:
         x: features ``(B, C, *spatial)``, not modified in place.

@@ -171,6 +171,12 @@ class Component:
     needs_global_model: ClassVar[bool] = False
     #: (server rules) whether clients train from a global model (``False``: FedProto's local models).
     keeps_global_model: ClassVar[bool] = True
+    #: whether the component's loss differentiates a gradient again (FedMix's input-gradient term),
+    #: so every layer of the model must support double backward.
+    needs_double_backward: bool = False
+    #: whether the layers the component attaches support double backward (``False``: the FFA layers
+    #: on the compiled kernel); a recipe refuses this with a component that needs it.
+    double_backward: bool = True
     #: the artefacts this component releases under a Gaussian mechanism (set by its DP options;
     #: read by the privacy accountant, :mod:`fedaug.privacy.release`); none by default.
     releases: tuple[GaussianRelease, ...] = ()

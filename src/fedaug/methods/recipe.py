@@ -37,8 +37,9 @@ class Recipe:
 
     Raises:
         ConfigError: the base is not a server rule or an entry of ``augs`` is one, a name repeats,
-            two components replace the same hook, or a component needs a global model that the
-            server rule does not keep (each message names the components and the reason).
+            two components replace the same hook, a component needs a global model that the
+            server rule does not keep, or one needs double backward through layers (of another)
+            that do not support it (each message names the components and the reason).
 
     >>> from fedaug.methods.base.fedavg import FedAvg
     >>> Recipe(FedAvg()).names
@@ -73,6 +74,11 @@ class Recipe:
                 if c.needs_global_model:
                     problems.append(f"'{c.name}' needs a global model, but the server rule '{base.name}' keeps none "
                                     "(each client trains its own model); drop one of them")
+        for needs in (c for c in components if c.needs_double_backward):
+            for layers in (c for c in components if not c.double_backward):
+                problems.append(f"'{needs.name}' differentiates a gradient again (double backward), which the layers "
+                                f"of '{layers.name}' do not support on the compiled kernel; set "
+                                f"method.options.{layers.name}.kernel='off' (the pure-PyTorch path)")
         if problems:
             raise ConfigError("invalid method: " + "; ".join(problems))
         self.base = base

@@ -12,6 +12,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.aug.fedmix import FedMix, batch_means, fedmix_loss
 from fedaug.methods.component import Batch
+from fedaug.methods.recipe import build_recipe
 from tests.methods.aug.inputs import make_ctx, tiny_cfg
 
 W = np.array([[0.5, -0.25], [-0.5, 0.75]])  # (K=2, D=2)
@@ -111,3 +112,27 @@ def test_options_are_validated():
         FedMix(mean_batch=0)
     with pytest.raises(ConfigError, match=r"fedmix\.mode"):
         FedMix(mode="global")
+
+
+@pytest.mark.parametrize("ffa", ["fedfa", "vfda"])
+def test_fedmix_trains_through_ffa_layers(ffa):
+    """FedMix's loss differentiates an input gradient (double backward) through every layer of the
+    model, the FFA layers of FedFA and VFDA included (FedRDN Table 1's FedFA + FedMix row)."""
+    def weights(augs: list[str]) -> dict[str, torch.Tensor]:
+        sim = build_simulation(tiny_cfg(augs, {ffa: {"kernel": "off"}} if ffa in augs else {}, participation=1.0))
+        for r in (1, 2, 3):  # FedMix's first round trains without means (none shared yet)
+            rec = sim.run_round(r)
+        assert np.isfinite(rec["train"]["loss"])
+        return {k: v.clone() for k, v in sim.server["fedavg"]["weights"].items()}
+
+    both, alone = weights(["fedmix", ffa]), weights(["fedmix"])
+    assert all(bool(torch.isfinite(v).all()) for v in both.values())
+    assert any(not torch.equal(both[k], alone[k]) for k in alone)  # the FFA layers changed the training
+
+
+def test_fedmix_refuses_ffa_layers_on_the_compiled_kernel():
+    """The compiled kernel's gradient is not differentiable: FedMix's gradient term would be lost."""
+    with pytest.raises(ConfigError, match=r"'fedmix' differentiates a gradient again.*'fedfa'.*"
+                                          r"method\.options\.fedfa\.kernel='off'"):
+        build_recipe("fedavg", ["fedmix", "fedfa"], {"fedfa": {"kernel": "on"}})
+    build_recipe("fedavg", ["fedmix", "vfda"], {"fedmix": {"mode": "naive"}, "vfda": {"kernel": "on"}})  # one backward

@@ -102,6 +102,7 @@ class FeatureStatsAug(Component, abc.ABC):
             raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
                               "kernel when it builds) made a run's numbers depend on the machine; choose one")
         self.kernel = check_choice(self.name, "kernel", kernel, KERNEL_MODES)
+        self.double_backward = self.kernel == "off"  # the compiled kernel's gradient is not differentiable
         self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.handle: AttachHandle | None = None
 

@@ -118,6 +118,7 @@ class FedMix(PoolAug):
         check_range("fedmix.mean_batch", mean_batch, lo=1, integer=True)
         self.lam, self.mean_batch = float(lam), mean_batch
         self.mode = check_choice(self.name, "mode", mode, MODES)
+        self.needs_double_backward = self.mode == "fedmix"  # the input-gradient term is differentiated
 
     def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
         """Mean soft labels ``(n, K)``, each value in ``[0, 1]``."""
