@@ -317,8 +317,11 @@ INTRO = (
     "page again from a fresh clone. Training the cells again repeats them bit for bit only on the same "
     "CPU capability and thread count: torch's float32 kernels follow the CPU's vector instructions, and "
     "30 rounds turn a last-bit difference into a different run (docs/engine.md, \"Reproducibility "
-    "across CPUs\"), so each section says where its runs ran; the runs before that record say \"CPU not "
-    "recorded\" (this machine: AMD EPYC, AVX512)."
+    "across CPUs\"), so each section says where its runs ran (the development machine's CPU changes "
+    "between sessions: an AMD EPYC and an Intel Xeon so far, both AVX512). A section marked \"not run "
+    "yet\" or \"partial grid\" is still being run for issue 18: the FLea Table 1 and 3D VFDA grids ran "
+    "at 3 seeds before `fedaug archive` existed and their runs were lost with the machine; until they "
+    "are run again, docs/flea.md and docs/fedfa.md give what they showed."
 )
 
 
