@@ -159,8 +159,10 @@ READINGS: dict[str, tuple[str, str]] = {
         "and behind on MNIST (-3.3), two seeds: FedFA's features may generalise somewhat better, but "
         "evaluation through the averaged running statistics, which FedFA does not change, hides it. The "
         "paper's unseen clients (Office-Caltech 10, DomainNet, ProstateMRI) differ less in raw intensity "
-        "than these synthetic digit domains. Not rerun: FedFA without the block4 layer (Table 8's "
-        "diagnosis), more rounds."),
+        "than these synthetic digit domains. Without the block4 layer (Table 8's diagnosis; docs/fedfa.md, "
+        "3 seeds) FedFA's MNIST deficit goes (85.3 %) and it is level with or ahead of FedAvg on every "
+        "held-out domain (+0.5 to +4.6, none resolved), SynthDigits-like still at chance. Not rerun: more "
+        "rounds."),
     "fedfa_table5_digits4": ("b08f623145ee",
         "Reversed: FedFA (70.3 +/- 9.4 %) is behind both client-only variants, resolved against FedFA-C "
         "(76.1 +/- 8.3; FedFA -5.8, paired p = 0.012; FedFA-C +5.9 over FedAvg, p = 0.061) and not against "
