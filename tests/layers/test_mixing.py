@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fedaug.layers.functional import channel_stats
+from fedaug.layers.functional import normalize_channels
 from fedaug.layers.mixing import (
     MixStyleLayer,
     MoExLayer,
@@ -14,7 +15,6 @@ from fedaug.layers.mixing import (
     exchange_moments,
     mix,
     mix_channel_stats,
-    normalize_channels,
     sample_beta,
     soft_labels,
 )

@@ -42,6 +42,39 @@ def channel_stats(x: Tensor, *, eps: float = 1e-6, unbiased: bool = False) -> tu
     return mu, (var + eps).sqrt()
 
 
+def channel_view(t: Tensor, x: Tensor) -> Tensor:
+    """``(C,)`` or ``(B, C)`` statistics viewed to broadcast against ``x (B, C, *spatial)``."""
+    lead = (1, -1) if t.dim() == 1 else tuple(t.shape)
+    return t.reshape(*lead, *([1] * (x.dim() - 2)))
+
+
+def normalize_channels(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """``(x - mean) / std`` per channel (FedRDN Eq. 3, 6 and 7).
+
+    Args:
+        x: ``(B, C, *spatial)``, not modified in place.
+        mean, std: ``(C,)`` for one pair for the whole batch, or ``(B, C)`` for one pair per sample.
+
+    Returns:
+        Same shape and dtype as ``x``.
+    """
+    return (x - channel_view(mean, x)) / channel_view(std, x)
+
+
+def restyle_channels(x: Tensor, mean: Tensor, std: Tensor, new_mean: Tensor, new_std: Tensor) -> Tensor:
+    """``new_std * (x - mean) / std + new_mean`` per channel with plain autograd operations (FedFA
+    Eq. 8 given its statistics; MixStyle's and MoEx's re-styling).
+
+    Args:
+        x: ``(B, C, *spatial)``, not modified in place.
+        mean, std, new_mean, new_std: each ``(C,)`` or ``(B, C)``.
+
+    Returns:
+        Same shape and dtype as ``x``.
+    """
+    return normalize_channels(x, mean, std) * channel_view(new_std, x) + channel_view(new_mean, x)
+
+
 def client_sharing_variance(stats: Tensor, *, per_channel: bool = True, unbiased: bool = False) -> Tensor:
     """Variance of the clients' running statistics (FedFA Eq. 5; VFDA Eq. 5).
 
@@ -280,8 +313,7 @@ class _Restyle(torch.autograd.Function):
         with torch.enable_grad():
             mu, sigma = channel_stats(x, eps=ctx.eps, unbiased=ctx.unbiased)
             z_hat, _ = ctx.fn(torch.stack((mu, sigma)))
-            shape = (*mu.shape, *([1] * (x.dim() - 2)))
-            y = (x - mu.view(shape)) / sigma.view(shape) * z_hat[1].view(shape) + z_hat[0].view(shape)
+            y = restyle_channels(x, mu, sigma, z_hat[0], z_hat[1])
             (gx,) = torch.autograd.grad(y, x, gy, create_graph=True)
         return gx
 

@@ -17,30 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedaug.layers.functional import channel_stats
+from fedaug.layers.functional import channel_stats, restyle_channels
 
 #: how MoEx computes the moments it exchanges.
 MOMENTS = {"pono": "over channels at each position (positional normalisation, the MoEx default)",
            "instance": "over positions for each channel (instance normalisation, as MixStyle)"}
-
-
-def _per_channel(t: Tensor, x: Tensor) -> Tensor:
-    """``(C,)`` or ``(B, C)`` statistics viewed to broadcast against ``x (B, C, *spatial)``."""
-    lead = (1, -1) if t.dim() == 1 else tuple(t.shape)
-    return t.reshape(*lead, *([1] * (x.dim() - 2)))
-
-
-def normalize_channels(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
-    """``(x - mean) / std`` per channel (FedRDN Eq. 3, 6 and 7).
-
-    Args:
-        x: ``(B, C, *spatial)``, not modified in place.
-        mean, std: ``(C,)`` for one pair for the whole batch, or ``(B, C)`` for one pair per sample.
-
-    Returns:
-        Same shape and dtype as ``x``.
-    """
-    return (x - _per_channel(mean, x)) / _per_channel(std, x)
 
 
 def dataset_channel_stats(x: Tensor, *, chunk: int = 1024) -> tuple[Tensor, Tensor]:
@@ -111,7 +92,7 @@ def mix_channel_stats(x: Tensor, perm: Tensor, lam: Tensor, *, eps: float = 1e-6
     """
     mu, sigma = (t.detach() for t in channel_stats(x, eps=eps))
     mu_mix, sigma_mix = mix(mu, mu[perm], lam), mix(sigma, sigma[perm], lam)
-    return normalize_channels(x, mu, sigma) * _per_channel(sigma_mix, x) + _per_channel(mu_mix, x)
+    return restyle_channels(x, mu, sigma, mu_mix, sigma_mix)
 
 
 def exchange_moments(x: Tensor, perm: Tensor, *, moments: str = "pono", eps: float = 1e-5) -> Tensor:
@@ -132,7 +113,7 @@ def exchange_moments(x: Tensor, perm: Tensor, *, moments: str = "pono", eps: flo
         return (x - mean) / std * std[perm] + mean[perm]
     if moments == "instance":
         mu, sigma = channel_stats(x, eps=eps)
-        return normalize_channels(x, mu, sigma) * _per_channel(sigma[perm], x) + _per_channel(mu[perm], x)
+        return restyle_channels(x, mu, sigma, mu[perm], sigma[perm])
     raise ValueError(f"moments must be one of {', '.join(MOMENTS)}, got {moments!r}")
 
 

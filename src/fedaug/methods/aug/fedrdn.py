@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.layers.functional import channel_stats
-from fedaug.layers.mixing import dataset_channel_stats, normalize_channels
+from fedaug.layers.functional import channel_stats, normalize_channels
+from fedaug.layers.mixing import dataset_channel_stats
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.mechanism import gaussian_mechanism
 from fedaug.privacy.noise import add_gaussian_noise

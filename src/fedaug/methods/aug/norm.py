@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
-from fedaug.layers.mixing import normalize_channels
+from fedaug.layers.functional import normalize_channels
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 
