@@ -16,6 +16,10 @@ paper's average over the received means J), and minimises
 * NaiveMix (``mode="naive"``): ``l(f((1 - lam) x_i + lam x_bar_j), (1 - lam) y_i + lam y_bar_j)``.
 
 Until the server holds other clients' means (round 1), training is plain. Classification only.
+
+The Taylor loss is unbounded below (its last term is linear in the input gradient): with many local
+steps a model can drive it negative and collapse (docs/input_augmentations.md measures it); NaiveMix's
+loss is bounded.
 """
 
 from __future__ import annotations
