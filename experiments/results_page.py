@@ -94,7 +94,7 @@ CLAIMS: dict[str, list[Claim]] = {
               "FedFA + FedRDN", ("FedFA", "FedFA + norm", "FedFA + FedMix"))],
     "flea_table1_fmnist": [
         Claim("FLea is ahead of every baseline in every label-skew and scarcity setting (Table 1)", "FLea",
-              ("FedAvg", "FedProx", "FedDecorr", "FedLC", "FedNTD", "CCVR", "FedMix"))],
+              ("FedAvg", "FedProx", "FedDecorr", "FedLC", "FedNTD", "CCVR", "FedMix", "NaiveMix"))],
     "flea_fig2_fmnist": [
         Claim("FedMix, sharing data, is ahead of FedAvg at every local size (Fig. 2, 3)", "FedMix", ("FedAvg",)),
         Claim("NaiveMix (the authors' code's FedMix) is ahead of FedAvg at every local size (Fig. 2, 3)",
