@@ -101,12 +101,9 @@ CLAIMS: dict[str, list[Claim]] = {
               "NaiveMix", ("FedAvg",)),
         Claim("FedData, sharing data, is ahead of FedAvg at every local size (Fig. 2, 3)",
               "FedData (shares raw data)", ("FedAvg",)),
-        Claim("at the scarcest size the data-sharing methods are ahead of the loss-based ones (Fig. 2c)",
-              "FedMix", ("FedDecorr", "FedNTD"), settings=("50 per client",)),
-        Claim("at the scarcest size the data-sharing methods are ahead of the loss-based ones (Fig. 2c)",
-              "NaiveMix", ("FedDecorr", "FedNTD"), settings=("50 per client",)),
-        Claim("at the scarcest size the data-sharing methods are ahead of the loss-based ones (Fig. 2c)",
-              "FedData (shares raw data)", ("FedDecorr", "FedNTD"), settings=("50 per client",))],
+        *(Claim("at the scarcest size the data-sharing methods are ahead of the loss-based ones (Fig. 2c)",
+                method, ("FedDecorr", "FedNTD"), settings=("50 per client",))
+          for method in ("FedMix", "NaiveMix", "FedData (shares raw data)"))],
     "vfda_table2_brain_mri": [
         Claim("VFDA improves every base algorithm (Table 2)", "VFDA", ("-",)),
         Claim("the global statistic variances matter: VFDA is ahead of VFDA w/o Global (Table 2)", "VFDA",

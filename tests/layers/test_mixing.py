@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedaug.layers.functional import channel_stats
-from fedaug.layers.functional import normalize_channels
+from fedaug.layers.functional import channel_stats, normalize_channels
 from fedaug.layers.mixing import (
     MixStyleLayer,
     MoExLayer,
