@@ -16,7 +16,8 @@ under both readings on the VFDA presets' models and data, built as ``fedaug run`
    ``(B, C)``, their batch variances ``v`` ``(C,)`` (the paper's 1/B), ``f = var_global * v``;
 3. per layer, the median over clients and channels of ``s_mu / sigma_bar`` and ``s_sigma / sigma_bar``
    (``sigma_bar`` the batch mean of sigma), and the share of (sample, channel) means whose noise
-   is below float32 resolution (``s_mu < 2^-24 |mu|``: adding it changes nothing).
+   is below float32 resolution (``s_mu < 2^-24 |mu|``: adding it changes nothing); and the same ratios
+   for the ablation w/o Global (``f = v``, no server variance, the std reading).
 
     PYTHONPATH=src .venv/bin/python experiments/vfda_noise.py [--steps 5] [--rounds 1] [--out table.md]
     # the multi-site 3D stand-in, after 1 and 10 rounds of full local epochs:
@@ -41,6 +42,9 @@ from fedaug.models import build_model
 
 PRESETS = ("vfda_brain_mri_3d", "vfda_brain_mri_2d")
 STEPS = 5
+#: the measured noise scales: Eq. 6 (std) and Eq. 7 (variance) of the product fusion, and the ablation
+#: w/o Global (``variance = "client"``: ``f = v``, std reading), each for the channel mean and std
+SCALES = ("std_mu", "std_sigma", "var_mu", "var_sigma", "client_mu", "client_sigma")
 F32_RESOLUTION = 2.0**-24  # half an ulp of 1.0 in float32: a relative change below it rounds away
 
 
@@ -77,8 +81,8 @@ def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[
     captured: dict[str, Tensor] = {}
     handles = [model.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: captured.__setitem__(n, o.detach()))
                for n in layers]
-    per_layer: dict[str, dict[str, list[float]]] = {n: {"std_mu": [], "std_sigma": [], "var_mu": [], "var_sigma": [],
-                                                       "below_std": [], "below_var": [], "sigma": []} for n in layers}
+    per_layer: dict[str, dict[str, list[float]]] = {
+        n: {k: [] for k in (*SCALES, "below_std", "below_var", "sigma")} for n in layers}
     with torch.no_grad():
         for client in data.clients:
             model(client.train.x[: cfg.train.batch_size].float())
@@ -88,10 +92,11 @@ def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[
                 rec = per_layer[n]
                 rec["sigma"] += sigma_bar.tolist()
                 for stat, z in (("mu", mu), ("sigma", sigma)):
-                    f = part[f"{n}.var_{stat}"] * z.var(0, unbiased=False)  # product fusion (C,)
-                    for reading, s in (("std", f.sqrt()), ("var", f)):
+                    v = z.var(0, unbiased=False)  # (C,)
+                    f = part[f"{n}.var_{stat}"] * v  # product fusion
+                    for reading, s in (("std", f.sqrt()), ("var", f), ("client", v.sqrt())):
                         rec[f"{reading}_{stat}"] += (s / sigma_bar).tolist()
-                        if stat == "mu":
+                        if stat == "mu" and reading != "client":
                             below = (s[None, :] < F32_RESOLUTION * mu.abs()).float().mean()
                             rec[f"below_{reading}"].append(float(below))
     for h in handles:
@@ -101,7 +106,7 @@ def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[
         rec = per_layer[n]
         rows.append({"preset": preset, "round": rnd, "layer": n, "channels": int(captured[n].shape[1]),
                      "sigma": statistics.median(rec["sigma"]),
-                     **{k: statistics.median(rec[k]) for k in ("std_mu", "std_sigma", "var_mu", "var_sigma")},
+                     **{k: statistics.median(rec[k]) for k in SCALES},
                      "below_std": statistics.mean(rec["below_std"]), "below_var": statistics.mean(rec["below_var"])})
     return rows
 
@@ -109,12 +114,13 @@ def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[
 def table(rows: list[dict[str, float | int | str]]) -> str:
     """The Markdown table of :func:`measure`'s rows."""
     head = ("| preset | after round | layer | C | median sigma | Eq. 6 (std): s_mu / sigma | s_sigma / sigma | Eq. 7 (variance): "
-            "s_mu / sigma | s_sigma / sigma | below float32, std | below float32, variance |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "s_mu / sigma | s_sigma / sigma | w/o Global (std): s_mu / sigma | s_sigma / sigma "
+            "| below float32, std | below float32, variance |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
-        f"| {r['preset']} | {r['round']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} | {r['std_mu']:.2e} "
-        f"| {r['std_sigma']:.2e} | {r['var_mu']:.2e} | {r['var_sigma']:.2e} "
-        f"| {100 * r['below_std']:.1f} % | {100 * r['below_var']:.1f} % |\n"
+        f"| {r['preset']} | {r['round']} | {r['layer']} | {r['channels']} | {r['sigma']:.3g} "
+        + "".join(f"| {r[k]:.2e} " for k in SCALES)
+        + f"| {100 * r['below_std']:.1f} % | {100 * r['below_var']:.1f} % |\n"
         for r in rows)
 
 
