@@ -38,6 +38,7 @@ from torch import Tensor
 from fedaug.config.load import load_config
 from fedaug.config.schema import RunConfig
 from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.layers.functional import channel_stats
 from fedaug.models import build_model
 
 PRESETS = ("vfda_brain_mri_3d", "vfda_brain_mri_2d")
@@ -46,12 +47,6 @@ STEPS = 5
 #: w/o Global (``variance = "client"``: ``f = v``, std reading), each for the channel mean and std
 SCALES = ("std_mu", "std_sigma", "var_mu", "var_sigma", "client_mu", "client_sigma")
 F32_RESOLUTION = 2.0**-24  # half an ulp of 1.0 in float32: a relative change below it rounds away
-
-
-def channel_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """Per-sample channel mean and std ``(B, C)`` of ``x`` ``(B, C, *spatial)`` (spatial 1/N variance, + eps)."""
-    flat = x.flatten(2)
-    return flat.mean(2), (flat.var(2, unbiased=False) + eps).sqrt()
 
 
 def measure(preset: str, steps: int, rounds: list[int], overrides: list[str]) -> list[dict[str, float | int | str]]:
@@ -87,7 +82,7 @@ def measure_now(sim: Simulation, cfg: RunConfig, preset: str, rnd: int) -> list[
         for client in data.clients:
             model(client.train.x[: cfg.train.batch_size].float())
             for n in layers:
-                mu, sigma = channel_stats(captured[n], eps)
+                mu, sigma = channel_stats(captured[n], eps=eps)
                 sigma_bar = sigma.mean(0)
                 rec = per_layer[n]
                 rec["sigma"] += sigma_bar.tolist()
