@@ -330,7 +330,7 @@ READINGS: dict[str, tuple[str, str]] = {
         "No VFDA effect is resolved in 3D on four simulated scanner sites: with the noise by the "
         "standard deviation (Eq. 6, fedaug's default since issue 18) VFDA changes the final Dice by "
         "+0.7 to +1.3 points (p 0.14-0.68), without the global variances by +1.2 to +2.7 (p >= 0.20). "
-        "The Eq. 7 reading, whose noise is 8e-6 to 1.6e-3 of the features' spread, moves the runs by "
+        "The Eq. 7 reading, whose noise is 5e-7 to 1.1e-3 of the features' spread, moves the runs by "
         "-0.5 to +1.4: that is the run-to-run spread a negligible perturbation causes here, and the "
         "Eq. 6 differences are no larger. FedBN is 16 points ahead of FedAvg (18-22 on three of the "
         "four sites): local BatchNorm absorbs each scanner's intensity profile. Ruled out as the "
