@@ -323,9 +323,9 @@ READINGS: dict[str, tuple[str, str]] = {
         "is 23-24 points ahead of FedAvg and FedProx: the two sites differ mainly in intensity "
         "statistics, which local BatchNorm absorbs, and feature-statistic noise adds nothing measurable "
         "on top. Ruled out: the noise reading (Eq. 6 runs here; Eq. 7's noise is another 1,000- to "
-        "10,000-fold smaller). Not ruled out: the paper's data (six cardiac sites, whose statistics may differ far "
-        "more between sites), which has no offline loader; brain_mri has two sites and labels derived by "
-        "intensity thresholds (docs/data.md)."),
+        "10,000-fold smaller). Not ruled out: the paper's data (six cardiac sites, whose statistics may "
+        "differ far more between sites), which has no offline loader; brain_mri has two sites and labels "
+        "derived by intensity thresholds (docs/data.md)."),
     "vfda_sites_brain_mri_3d": ("87ea4cc7b157",
         "No VFDA effect is resolved in 3D on four simulated scanner sites: with the noise by the "
         "standard deviation (Eq. 6, fedaug's default since issue 18) VFDA changes the final Dice by "
@@ -360,9 +360,9 @@ INTRO = (
     "30 rounds turn a last-bit difference into a different run (docs/engine.md, \"Reproducibility "
     "across CPUs\"), so each section says where its runs ran (the development machine's CPU changes "
     "between sessions: AMD EPYCs with AVX512 and with AVX2 and an Intel Xeon with AVX512 so far). "
-    "A section marked \"not run "
-    "yet\" or \"partial grid\" is still being run for issue 18: the FLea Table 1 and 3D VFDA grids ran "
-    "at 3 seeds before `fedaug archive` existed and their runs were lost with the machine; until they "
+    "A section marked \"not run yet\" or \"partial grid\" is still being run for issue 18: the FLea "
+    "Table 1 and 3D VFDA grids ran at 3 seeds before `fedaug archive` existed and their runs were lost "
+    "with the machine; until they "
     "are run again, docs/flea.md and docs/fedfa.md give what they showed."
 )
 
