@@ -69,6 +69,32 @@ def test_calibration_fixes_a_biased_head_for_every_client_alike():
     assert torch.equal(heads[0], heads[1])
 
 
+def _calibrated(ccvr: CCVR, server, head: dict, cid: int, rnd: int = 3) -> torch.Tensor:
+    model = Linear2()
+    model.load_state_dict(head)
+    ccvr.receive(ClientCtx(model, cid, rnd, 0, split(), phase="evaluate"), ccvr.downlink(server, cid, "evaluate"), {})
+    return torch.cat([model.head.weight.detach().flatten(), model.head.bias.detach()])
+
+
+def test_reused_calibration_equals_a_fresh_one_and_follows_its_inputs():
+    """The memo of the last calibration gives bit for bit what a fresh instance computes; another
+    head, round or set of statistics is calibrated anew (not served the memo)."""
+    g = torch.Generator().manual_seed(0)
+    z, y = torch.randn(40, 2, generator=g), torch.arange(40) % 2
+    ccvr = CCVR(num_virtual=30, epochs=3, lr=0.1)
+    server = ccvr.aggregate(ccvr.init_server(Linear2(), 1), [Uplink(0, 1, dict(zip(("mean", "cov", "count"), class_statistics(z, y, 2))))])
+    head = {"head.weight": torch.tensor([[0.5, -1.0], [0.2, 0.3]]), "head.bias": torch.tensor([0.1, -0.4])}
+    other = {"head.weight": -head["head.weight"], "head.bias": head["head.bias"]}
+    first, again = _calibrated(ccvr, server, head, 0), _calibrated(ccvr, server, head, 1)
+    assert torch.equal(first, again) and torch.equal(first, _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), server, head, 1))
+    assert torch.equal(_calibrated(ccvr, server, other, 2), _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), server, other, 2))
+    assert not torch.equal(_calibrated(ccvr, server, other, 2), first)
+    assert not torch.equal(_calibrated(ccvr, server, head, 0, rnd=4), first)  # another round, other draws
+    shifted = {**server, "mean": server["mean"] + 1.0}
+    assert torch.equal(_calibrated(ccvr, shifted, head, 0), _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), shifted, head, 0))
+    assert not torch.equal(_calibrated(ccvr, shifted, head, 0), first)
+
+
 def test_options_are_checked():
     with pytest.raises(ConfigError, match=r"ccvr.num_virtual must be an integer >= 1, got 0"):
         CCVR(num_virtual=0)

@@ -75,7 +75,9 @@ class CCVR(Component):
     a copy of the model's head is retrained on them with SGD (``epochs``, ``lr``, ``batch_size``,
     momentum 0.9), starting from the current head; the calibrated head replaces the head for
     evaluation only (training continues from the uncalibrated model, the next downlink restores it).
-    Every client is evaluated with the same calibrated head (identical draws). Departure: the paper
+    Every client is evaluated with the same calibrated head (identical draws); it is computed once
+    per round and reused for every client that receives the same statistics and head (a memo of
+    the last calibration, compared by value: a client with a head of its own recalibrates). Departure: the paper
     calibrates once, after the last round, with statistics of the final global model; here the
     statistics are those of the model each client received in the latest round, so every
     evaluation is calibrated. The statistics are of the training inputs as evaluation transforms
@@ -101,6 +103,7 @@ class CCVR(Component):
         check_range("ccvr.lr", lr, lo=0.0, lo_open=True)
         check_range("ccvr.batch_size", batch_size, lo=1, integer=True)
         self.num_virtual, self.epochs, self.lr, self.batch_size = num_virtual, epochs, lr, batch_size
+        self._memo: tuple[tuple[int, int], list[Tensor], list[Tensor]] | None = None
 
     # --- client side -----------------------------------------------------------------------
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
@@ -133,16 +136,32 @@ class CCVR(Component):
         return {"mean": mean, "cov": cov, "count": count}, {}
 
     def _calibrate(self, ctx: ClientCtx, server: Part) -> None:
-        """Retrain the head of ``ctx.model`` on virtual features drawn from the federation's statistics."""
+        """Replace the head of ``ctx.model`` by its calibration on the federation's statistics
+        (:meth:`_fit_head`), reusing the last one when its inputs are equal."""
         usable = server["count"] >= 2
         if not bool(usable.any()):
             return
+        head = feature_tap(ctx.model).head
+        current = [p for p in (head.weight, head.bias) if p is not None]
+        inputs = [server["mean"], server["cov"], server["count"], *current]
+        key = (ctx.seed, ctx.round)
+        if self._memo is not None and self._memo[0] == key and _equal(self._memo[1], inputs):
+            new = self._memo[2]
+        else:
+            new = self._fit_head(ctx, server, current)
+            self._memo = (key, [t.detach().clone() for t in inputs], new)
+        with torch.no_grad():
+            for p, value in zip(current, new):
+                p.copy_(value)
+
+    def _fit_head(self, ctx: ClientCtx, server: Part, current: list[Tensor]) -> list[Tensor]:
+        """The head's weight ``(K, D)`` (and bias ``(K,)``) retrained with SGD from ``current`` on
+        ``num_virtual`` virtual features per usable class drawn from ``server``'s Gaussians."""
         g = generator(ctx.seed, "server", ctx.round, self.name, "virtual", device=ctx.device)
-        classes = usable.nonzero().flatten()
+        classes = (server["count"] >= 2).nonzero().flatten()
         z = torch.cat([sample_gaussian(server["mean"][c], server["cov"][c], self.num_virtual, g) for c in classes])
         y = classes.repeat_interleave(self.num_virtual)
-        head = feature_tap(ctx.model).head
-        params = [p.detach().clone().requires_grad_(True) for p in (head.weight, head.bias) if p is not None]
+        params = [p.detach().clone().requires_grad_(True) for p in current]
         with torch.enable_grad():
             opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9)
             for _ in range(self.epochs):
@@ -150,9 +169,7 @@ class CCVR(Component):
                     opt.zero_grad()
                     F.cross_entropy(F.linear(z[idx], *params), y[idx]).backward()
                     opt.step()
-        with torch.no_grad():
-            for p, new in zip((q for q in (head.weight, head.bias) if q is not None), params):
-                p.copy_(new)
+        return [p.detach() for p in params]
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
@@ -180,3 +197,9 @@ class CCVR(Component):
                                             torch.stack([u.part["cov"] for u in uplinks]),
                                             torch.stack([u.part["count"] for u in uplinks]))
         return {"mean": mean, "cov": cov, "count": count}
+
+
+def _equal(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
+    """Whether two lists of tensors are equal in length, shape, device and every value."""
+    return len(a) == len(b) and all(x.shape == y.shape and x.device == y.device and torch.equal(x, y)
+                                    for x, y in zip(a, b))
