@@ -72,7 +72,8 @@ def test_calibration_fixes_a_biased_head_for_every_client_alike():
 def _calibrated(ccvr: CCVR, server, head: dict, cid: int, rnd: int = 3) -> torch.Tensor:
     model = Linear2()
     model.load_state_dict(head)
-    ccvr.receive(ClientCtx(model, cid, rnd, 0, split(), phase="evaluate"), ccvr.downlink(server, cid, "evaluate"), {})
+    ctx = ClientCtx(model, cid, rnd, 0, split(), phase="evaluate")
+    ccvr.receive(ctx, ccvr.downlink(server, cid, "evaluate"), {})
     return torch.cat([model.head.weight.detach().flatten(), model.head.bias.detach()])
 
 
@@ -81,17 +82,19 @@ def test_reused_calibration_equals_a_fresh_one_and_follows_its_inputs():
     head, round or set of statistics is calibrated anew (not served the memo)."""
     g = torch.Generator().manual_seed(0)
     z, y = torch.randn(40, 2, generator=g), torch.arange(40) % 2
-    ccvr = CCVR(num_virtual=30, epochs=3, lr=0.1)
-    server = ccvr.aggregate(ccvr.init_server(Linear2(), 1), [Uplink(0, 1, dict(zip(("mean", "cov", "count"), class_statistics(z, y, 2))))])
+    options = {"num_virtual": 30, "epochs": 3, "lr": 0.1}
+    ccvr = CCVR(**options)
+    stats = dict(zip(("mean", "cov", "count"), class_statistics(z, y, 2)))
+    server = ccvr.aggregate(ccvr.init_server(Linear2(), 1), [Uplink(0, 1, stats)])
     head = {"head.weight": torch.tensor([[0.5, -1.0], [0.2, 0.3]]), "head.bias": torch.tensor([0.1, -0.4])}
     other = {"head.weight": -head["head.weight"], "head.bias": head["head.bias"]}
     first, again = _calibrated(ccvr, server, head, 0), _calibrated(ccvr, server, head, 1)
-    assert torch.equal(first, again) and torch.equal(first, _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), server, head, 1))
-    assert torch.equal(_calibrated(ccvr, server, other, 2), _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), server, other, 2))
+    assert torch.equal(first, again) and torch.equal(first, _calibrated(CCVR(**options), server, head, 1))
+    assert torch.equal(_calibrated(ccvr, server, other, 2), _calibrated(CCVR(**options), server, other, 2))
     assert not torch.equal(_calibrated(ccvr, server, other, 2), first)
     assert not torch.equal(_calibrated(ccvr, server, head, 0, rnd=4), first)  # another round, other draws
     shifted = {**server, "mean": server["mean"] + 1.0}
-    assert torch.equal(_calibrated(ccvr, shifted, head, 0), _calibrated(CCVR(num_virtual=30, epochs=3, lr=0.1), shifted, head, 0))
+    assert torch.equal(_calibrated(ccvr, shifted, head, 0), _calibrated(CCVR(**options), shifted, head, 0))
     assert not torch.equal(_calibrated(ccvr, shifted, head, 0), first)
 
 

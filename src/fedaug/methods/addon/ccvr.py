@@ -77,8 +77,8 @@ class CCVR(Component):
     evaluation only (training continues from the uncalibrated model, the next downlink restores it).
     Every client is evaluated with the same calibrated head (identical draws); it is computed once
     per round and reused for every client that receives the same statistics and head (a memo of
-    the last calibration, compared by value: a client with a head of its own recalibrates). Departure: the paper
-    calibrates once, after the last round, with statistics of the final global model; here the
+    the last calibration, compared by value: a client with a head of its own recalibrates).
+    Departure: the paper calibrates once, after the last round, with statistics of the final global model; here the
     statistics are those of the model each client received in the latest round, so every
     evaluation is calibrated. The statistics are of the training inputs as evaluation transforms
     them (``ctx.eval_inputs``: e.g. FedRDN's normalisation with the client's own statistics), so put
