@@ -138,8 +138,8 @@ class CCVR(Component):
     def _calibrate(self, ctx: ClientCtx, server: Part) -> None:
         """Replace the head of ``ctx.model`` by its calibration on the federation's statistics
         (:meth:`_fit_head`), reusing the last one when its inputs are equal."""
-        usable = server["count"] >= 2
-        if not bool(usable.any()):
+        classes = (server["count"] >= 2).nonzero().flatten()
+        if not len(classes):
             return
         head = feature_tap(ctx.model).head
         current = [p for p in (head.weight, head.bias) if p is not None]
@@ -148,17 +148,17 @@ class CCVR(Component):
         if self._memo is not None and self._memo[0] == key and _equal(self._memo[1], inputs):
             new = self._memo[2]
         else:
-            new = self._fit_head(ctx, server, current)
+            new = self._fit_head(ctx, server, classes, current)
             self._memo = (key, [t.detach().clone() for t in inputs], new)
         with torch.no_grad():
             for p, value in zip(current, new):
                 p.copy_(value)
 
-    def _fit_head(self, ctx: ClientCtx, server: Part, current: list[Tensor]) -> list[Tensor]:
+    def _fit_head(self, ctx: ClientCtx, server: Part, classes: Tensor, current: list[Tensor]) -> list[Tensor]:
         """The head's weight ``(K, D)`` (and bias ``(K,)``) retrained with SGD from ``current`` on
-        ``num_virtual`` virtual features per usable class drawn from ``server``'s Gaussians."""
+        ``num_virtual`` virtual features per class in ``classes`` (those with N_c >= 2) drawn from
+        ``server``'s Gaussians."""
         g = generator(ctx.seed, "server", ctx.round, self.name, "virtual", device=ctx.device)
-        classes = (server["count"] >= 2).nonzero().flatten()
         z = torch.cat([sample_gaussian(server["mean"][c], server["cov"][c], self.num_virtual, g) for c in classes])
         y = classes.repeat_interleave(self.num_virtual)
         params = [p.detach().clone().requires_grad_(True) for p in current]
