@@ -13,7 +13,7 @@ engine round: the time to move the round's clients' training splits to the devic
 blocking, synchronised) over the round time (0 on the CPU: nothing moves). Engine and bare loop
 alternate within each repeat, in this process, so machine noise hits both.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_device.py --quick``.
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_device.py --quick [--devices cuda]``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fedaug.config.schema import RunConfig, validate
-from fedaug.core.device import autocast, available_devices, module_device
+from fedaug.core.device import autocast, available_devices, environment, module_device, resolve_device
 from fedaug.engine.simulate import build_simulation
 from fedaug.methods.base.fedavg import weighted_average
 from fedaug.models.registry import build_model
@@ -129,12 +129,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 steps, 2 rounds per repeat, 2 repeats")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--devices", nargs="*", choices=["cpu", "cuda"], default=None,
+                        help="devices to measure (default: cpu, and cuda when present)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     steps, rounds, repeats = (2, 2, 2) if args.quick else (10, 3, 5)
-    devices = ["cpu"] + (["cuda"] if any(d.startswith("cuda") for d in available_devices()) else [])
+    has_cuda = any(d.startswith("cuda") for d in available_devices())
+    devices = args.devices if args.devices is not None else ["cpu"] + (["cuda"] if has_cuda else [])
     rows = []
     for device in devices:
+        env = environment(resolve_device(device), "32", False)
+        print(f"# {device}: {env['device_name']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+              f"{args.threads} threads", flush=True)
         precisions = ["32", "bf16-mixed"] + (["16-mixed"] if device == "cuda" else [])
         for model in args.models:
             for precision in precisions:
@@ -144,8 +150,8 @@ def main() -> None:
     print("\n| model | device | precision | engine round s | bare round s | engine / bare | transfer share |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['model']} | {row['device']} | {row['precision']} | {row['engine_round_s']:.3f} | "
-              f"{row['bare_round_s']:.3f} | {row['engine_over_bare']:.2f} | {row['transfer_share']:.1%} |")
+        print(f"| {row['model']} | {row['device']} | {row['precision']} | {row['engine_round_s']:.4f} | "
+              f"{row['bare_round_s']:.4f} | {row['engine_over_bare']:.2f} | {row['transfer_share']:.1%} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Cost of FFA layers: training-step time with the layers / without, next to nn.InstanceNorm, and
 FedFA's extra communication per round measured by the engine against Appendix D's formula.
 
-Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps 5] [--threads 2]``
+Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps 5] [--threads 2]
+[--device cuda]``
 
 For each model, every configuration is attached at the model's default ``feature_stages`` with the
 same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
@@ -10,7 +11,10 @@ fused variance, with its compiled kernel: ``kernel="on"``), ``ffa-pytorch`` (the
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
 Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
 ``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
-timed steps, and every ratio divides two medians of the same run.
+timed steps, and every ratio divides two medians of the same run. On CUDA (``--device cuda``) the
+compiled kernel does not exist (it is CPU-only), so ``ffa`` is left out and FFA / IN divides
+``ffa-pytorch``; the layers draw from a CUDA generator, as the engine's components do, and each
+timed step ends with a synchronisation.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaug.config.schema import validate
+from fedaug.core.device import environment, resolve_device
 from fedaug.core.rng import scoped_global_seed
 from fedaug.core.runtime import configure_process
 from fedaug.engine.simulate import build_simulation
@@ -43,7 +48,7 @@ class AutogradFFA(nn.Module):
 
     def __init__(self, channels: int) -> None:
         super().__init__()
-        self.gamma = torch.ones(channels)
+        self.register_buffer("gamma", torch.ones(channels))
 
     def forward(self, x: Tensor) -> Tensor:
         dims = tuple(range(2, x.dim()))
@@ -62,23 +67,35 @@ def instance_norm(channels: int, rank: int) -> nn.Module:
 
 CLOCK = time.perf_counter
 
-MAKERS: dict[str, Callable[[int, int], nn.Module] | None] = {
-    "none": None,
-    "ffa": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0), kernel="on"),
-    "ffa-pytorch": lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator().manual_seed(0), kernel="off"),
-    "ffa-autograd": lambda c, rank: AutogradFFA(c),
-    "instancenorm": instance_norm,
-}
+
+def makers(device: torch.device) -> dict[str, Callable[[int, int], nn.Module] | None]:
+    """The configurations timed on ``device`` (no compiled kernel off the CPU)."""
+    def ffa(kernel_mode: str) -> Callable[[int, int], nn.Module]:
+        return lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator(device).manual_seed(0),
+                                        kernel=kernel_mode)
+
+    found: dict[str, Callable[[int, int], nn.Module] | None] = {"none": None}
+    if device.type == "cpu":
+        found["ffa"] = ffa("on")
+    found.update({"ffa-pytorch": ffa("off"), "ffa-autograd": lambda c, rank: AutogradFFA(c),
+                  "instancenorm": instance_norm})
+    return found
 
 
-def time_model(name: str, repeats: int, steps: int) -> dict[str, float]:
-    """Median seconds per SGD step of ``name`` for every configuration of :data:`MAKERS`."""
+def _step_end(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return CLOCK()
+
+
+def time_model(name: str, repeats: int, steps: int, device: torch.device) -> dict[str, float]:
+    """Median seconds per SGD step of ``name`` on ``device`` for every configuration of :func:`makers`."""
     cin, ncls, shape, label_shape, batch = MODELS[name]
     with scoped_global_seed(0, "bench", name):
-        model = build_model(name, in_channels=cin, num_classes=ncls).train()
+        model = build_model(name, in_channels=cin, num_classes=ncls).train().to(device)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(batch, *shape, generator=g)
-    y = torch.randint(0, ncls, (batch, *label_shape), generator=g)
+    x = torch.randn(batch, *shape, generator=g).to(device)
+    y = torch.randint(0, ncls, (batch, *label_shape), generator=g).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     channels = stage_channels(model, x[:2])
     ranks = {}
@@ -87,19 +104,20 @@ def time_model(name: str, repeats: int, steps: int) -> dict[str, float]:
         with attach(model, probe):
             model.eval()(x[:2])
     model.train()
-    times: dict[str, list[float]] = {k: [] for k in MAKERS}
+    configurations = makers(device)
+    times: dict[str, list[float]] = {k: [] for k in configurations}
     for _ in range(repeats):
-        for key, make in MAKERS.items():
-            layers = {} if make is None else {n: make(c, ranks[n]) for n, c in channels.items()}
+        for key, make in configurations.items():
+            layers = {} if make is None else {n: make(c, ranks[n]).to(device) for n, c in channels.items()}
             with attach(model, layers):
                 for i in range(steps + 1):
-                    start = CLOCK()
+                    start = _step_end(device)
                     loss = nn.functional.cross_entropy(model(x), y)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
                     if i:
-                        times[key].append(CLOCK() - start)
+                        times[key].append(_step_end(device) - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -134,6 +152,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--skip-comm", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (no compiled kernel on CUDA)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: time.perf_counter; cpu: the process's CPU time (all threads; "
                              "time lost to other tenants of a shared machine is not counted)")
@@ -141,18 +160,23 @@ def main() -> None:
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     configure_process(args.threads)  # as the fedaug command line does
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.repeats} interleaved repeats x "
-          f"{args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
-    kernel.restyle_op()  # build or load outside the timed steps
+    device = resolve_device(args.device)
+    print(f"torch {torch.__version__}, {environment(device, '32', False)['device_name']}, {args.threads} threads, {args.repeats} "
+          f"interleaved repeats x {args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
+    if device.type == "cpu":
+        kernel.restyle_op()  # build or load outside the timed steps
     print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
-        med = time_model(name, args.repeats, args.steps)
+        med = time_model(name, args.repeats, args.steps, device)
         base = med["none"]
         r = {k: v / base for k, v in med.items()}
+        ffa = r.get("ffa", r["ffa-pytorch"])
+        compiled = f"{r['ffa']:.3f}" if "ffa" in r else "n/a"
         _, _, shape, _, batch = MODELS[name]
-        print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.1f} | {r['ffa']:.3f} | "
-              f"{r['ffa-pytorch']:.3f} | {r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | {r['ffa'] / r['instancenorm']:.3f} |", flush=True)
+        print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.2f} | {compiled} | "
+              f"{r['ffa-pytorch']:.3f} | {r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | "
+              f"{ffa / r['instancenorm']:.3f} |", flush=True)
     if args.skip_comm:
         return
     print("\n| model | clients | FedFA bytes/round (engine) | per client | Appendix D 4 sum C x 4 B |")

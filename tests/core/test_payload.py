@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import TensorSpec, message_nbytes, part_nbytes, validate_part
+from fedaug.core.payload import TensorSpec, message_nbytes, part_nbytes, validate_part, value_extremes
 
 SPEC = {"w": TensorSpec((2, 3), torch.float32), "n": TensorSpec((), torch.int64)}
 
@@ -72,3 +74,33 @@ def test_non_dict_part_is_rejected():
 def test_bytes_are_numel_times_element_size(part, expected):
     assert part_nbytes(part) == expected
     assert message_nbytes({"c": part}) == {"c": expected}
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("seed", range(20))
+def test_batched_extremes_flag_exactly_the_non_finite_tensors_and_bound_the_rest(seed, fused):
+    """The extremes read in one batch per part (per tensor, or fused as off the CPU): a tensor is reported
+    non-finite iff it holds a NaN or an inf of either sign (with their count), and every other tensor's
+    range is its exact min and max."""
+    g = torch.Generator().manual_seed(seed)
+    part, spec = {}, {}
+    for i in range(8):
+        dtype = (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool)[i % 5]
+        t = (torch.randn(3, 4, generator=g) * 10).to(dtype)
+        if dtype.is_floating_point and torch.rand((), generator=g) < 0.5:
+            for bad in torch.tensor([math.nan, math.inf, -math.inf])[torch.rand(3, generator=g) < 0.5]:
+                t.view(-1)[int(torch.randint(12, (), generator=g))] = bad
+        part[f"t{i}"], spec[f"t{i}"] = t, TensorSpec((3, 4), dtype)
+    extremes = value_extremes(part, fused=fused)
+    for name, t in part.items():
+        finite = bool(torch.isfinite(t).all())
+        assert extremes[name] == (float(t.min()), float(t.max())) if finite else math.isnan(extremes[name][0])
+    non_finite = {n: int((~torch.isfinite(t)).sum()) for n, t in part.items() if not torch.isfinite(t).all()}
+    if not non_finite:
+        assert validate_part(part, spec, "uplink") == part
+        return
+    with pytest.raises(PayloadError) as err:
+        validate_part(part, spec, "uplink")
+    assert err.value.args[0].count("non-finite") == len(non_finite)
+    for name, count in non_finite.items():
+        assert f"'{name}' holds {count} non-finite value(s)" in err.value.args[0]

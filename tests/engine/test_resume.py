@@ -298,3 +298,26 @@ def test_resume_warns_when_the_checkpoint_was_written_on_other_cpu_kernels(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         resume_experiment(str(again), quiet=True)
+
+
+def test_a_checkpoint_written_on_another_device_resumes_here_with_a_warning(tmp_path):
+    """The config's ``device`` says where a run computes, not what it computes: a checkpoint whose config
+    names CUDA restores into this CPU run (warning that the device moved); any other key still refuses."""
+    raw = tiny_raw(rounds=3)
+    full, part = interrupted(tmp_path, raw, 2)
+    ckpt = part / "checkpoints" / "round_000002.pt"
+    payload = load_tensors(ckpt)
+    payload["config"] = {**payload["config"], "device": "cuda"}
+    payload["environment"] = {**payload["environment"], "device": "cuda:0"}
+    save_tensors(ckpt, payload)
+    with pytest.warns(UserWarning, match=r"round 2's checkpoint was written elsewhere \(device 'cuda:0' -> 'cpu'"):
+        resume_experiment(str(part), quiet=True)
+    assert summary_numbers(part) == summary_numbers(full)  # the weights came back as written
+
+    _, other = interrupted(tmp_path / "other", tiny_raw(rounds=3), 2)
+    ckpt = other / "checkpoints" / "round_000002.pt"
+    payload = load_tensors(ckpt)
+    payload["config"] = {**payload["config"], "device": "cuda", "precision": "bf16-mixed"}
+    save_tensors(ckpt, payload)
+    with pytest.raises(CheckpointError, match="written by a different config"):
+        resume_experiment(str(other), quiet=True)

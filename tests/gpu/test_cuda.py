@@ -17,6 +17,7 @@ tolerances:
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -24,9 +25,12 @@ import torch
 
 from fedaug.config.load import load_config
 from fedaug.config.schema import validate
+from fedaug.core.payload import value_extremes
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.engine.simulate import build_simulation, resume_experiment, run_experiment
+from fedaug.layers.functional import StatNoise, restyle
 from tests.conftest import tiny_raw
+from tests.engine.test_resume import interrupted, summary_numbers
 
 EXACT_RTOL = 1e-3
 SAMPLE_RTOL = 0.15
@@ -94,8 +98,43 @@ def test_vfda_3d_on_cuda_matches_cpu_in_distribution() -> None:
     assert_close(records(raw("cpu")), records(raw("cuda")), SAMPLE_RTOL, evaluation=False)
 
 
-#: a model without AdaptiveAvgPool2d, whose CUDA backward has no deterministic kernel (docs/engine.md)
+#: a model whose CUDA backward has deterministic kernels (docs/engine.md)
 DETERMINISTIC_MODEL = {"name": "digit_model", "options": {"input_size": 8}}
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("spatial", [(3, 5), (9, 10)])  # 15 < 64 <= 90 positions: both moment paths
+def test_restyle_on_cuda_equals_the_cpu_for_the_same_noise(dtype: torch.dtype, tol: float, spatial) -> None:
+    """FedFA Eq. 8 with Eq. 3/7/9's resampling, forward and backward, on CUDA against the CPU: the
+    ATen batch-norm kernels :func:`restyle` runs on differ per device, the maths must not."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, *spatial, generator=g, dtype=dtype) * 3 + 1
+    noise, mult = torch.randn(2, 6, 4, generator=g, dtype=dtype), torch.rand(2, 4, generator=g, dtype=dtype) + 1
+    gy = torch.randn(x.shape, generator=g, dtype=dtype)
+    out = {}
+    for device in ("cpu", "cuda"):
+        xd = x.to(device).requires_grad_()
+        y, mu, sigma = restyle(xd, StatNoise(noise.to(device), mult=mult.to(device)))
+        (gx,) = torch.autograd.grad(y, xd, gy.to(device))
+        out[device] = [t.detach().cpu() for t in (y, mu, sigma, gx)]
+    for a, b in zip(out["cpu"], out["cuda"], strict=True):
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol)
+
+
+def test_message_extremes_on_cuda_equal_the_cpus() -> None:
+    """The fused reading of a message's value ranges (the CUDA default) against the CPU's per-tensor one,
+    NaN and inf of either sign included."""
+    g = torch.Generator().manual_seed(0)
+    part = {f"w{i}": torch.randn(i + 1, 7, generator=g) * 100 for i in range(40)}
+    part.update(half=torch.randn(5, generator=g).bfloat16(), count=torch.tensor(3), flag=torch.tensor([True]))
+    for name, bad in (("w3", math.nan), ("w7", math.inf), ("w11", -math.inf)):
+        part[name][0, 2] = bad
+    cpu = value_extremes(part)
+    cuda = value_extremes({k: v.cuda() for k, v in part.items()})
+    assert cuda.keys() == cpu.keys()
+    for name in cpu:
+        assert cuda[name] == pytest.approx(cpu[name], nan_ok=True), name
+    assert all(math.isnan(cuda[n][0]) for n in ("w3", "w7", "w11"))
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedfa", "flea"])
@@ -105,21 +144,20 @@ def test_deterministic_cuda_runs_are_identical(name: str) -> None:
 
 
 def test_deterministic_cuda_names_an_operation_without_a_deterministic_kernel() -> None:
-    with pytest.raises(RuntimeError, match="adaptive_avg_pool2d"):  # small_cnn's global pooling
-        records(raw_for("fedavg", "cuda", deterministic=True))
+    """alexnet_bn pools to 6x6 (a 64x64 input leaves 1x1 maps): AdaptiveAvgPool2d's CUDA backward has no
+    deterministic kernel. (Pooling to 1x1, as small_cnn does, is a mean in ATen and deterministic.)"""
+    raw = raw_for("fedavg", "cuda", deterministic=True, model={"name": "alexnet_bn", "options": {"hidden": 16}})
+    raw["data"]["options"]["size"] = 64
+    with pytest.raises(RuntimeError, match="adaptive_avg_pool2d"):
+        records(raw)
 
 
 def test_resume_on_cuda_equals_an_uninterrupted_run(tmp_path) -> None:
+    """A deterministic CUDA run cut after round 1 (as a kill leaves it) resumes to the uninterrupted numbers."""
     raw = raw_for("scaffold", "cuda", deterministic=True, model=DETERMINISTIC_MODEL)
-    raw.update(out_dir=str(tmp_path / "whole"), checkpoint_every=1)
-    whole, _ = run_experiment(validate(raw), quiet=True)
-    raw["out_dir"] = str(tmp_path / "cut")
-    raw["train"]["rounds"] = 1
-    _, run_dir = run_experiment(validate(raw), quiet=True)
-    text = (run_dir.path / "config.toml").read_text().replace("rounds = 1", "rounds = 2")
-    (run_dir.path / "config.toml").write_text(text)
-    resumed, _ = resume_experiment(str(run_dir.path), quiet=True)
-    assert resumed["final"] == whole["final"] and resumed["comm_total"] == whole["comm_total"]
+    full, part = interrupted(tmp_path, raw, 1)
+    resumed, _ = resume_experiment(str(part), quiet=True)
+    assert summary_numbers(part) == summary_numbers(full)
     assert resumed["environment"]["device"].startswith("cuda")
 
 
@@ -130,5 +168,6 @@ def test_checkpoint_written_on_cuda_loads_on_the_cpu(tmp_path) -> None:
     payload = run_dir.load_latest()
     assert all(t.device.type == "cpu" for t in payload["server"]["fedavg"]["weights"].values())
     cpu = build_simulation(validate({**raw, "device": "cpu"}))
-    cpu.restore(payload)
+    with pytest.warns(UserWarning, match=r"device 'cuda(:0)?' -> 'cpu'"):
+        cpu.restore(payload)
     assert next(iter(cpu.server["fedavg"]["weights"].values())).device == torch.device("cpu")

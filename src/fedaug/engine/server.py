@@ -13,9 +13,10 @@ code, so the same config and seed give the same numbers on either (DESIGN.md inv
 from __future__ import annotations
 
 import inspect
+import math
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
+from fedaug.core.payload import value_extremes
 from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
@@ -45,6 +47,11 @@ from fedaug.privacy.accountant import run_accountant
 CHECKPOINT_FORMAT = 1
 #: what a resume compares between the checkpoint and this process (:meth:`Simulation.restore` warns on a change)
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
+
+
+def _experiment(cfg: RunConfig) -> dict[str, Any]:
+    """``cfg`` as a dict without ``device``: what a checkpoint's config must equal to be restored."""
+    return {k: v for k, v in cfg.to_dict().items() if k != "device"}
 
 
 @dataclass(frozen=True)
@@ -97,19 +104,31 @@ class Federation:
 def state_problems(state: object, bound: float | None, where: str) -> list[str]:
     """Every floating tensor in a nest of dicts, lists and tuples that holds a non-finite value or
     a ``|value|`` over ``bound``, one sentence each (the check an aggregate passes before it is
-    committed; docs/engine.md, "The trust boundary")."""
+    committed; docs/engine.md, "The trust boundary"). The values are read in one batch
+    (:func:`~fedaug.core.payload.value_extremes`), not two device round trips per tensor."""
+    leaves = dict(_floating_leaves(state, where))
+    extremes = value_extremes(leaves)
+    problems = []
+    for path in leaves:
+        lo, hi = extremes[path]
+        if math.isnan(lo):
+            problems.append(f"{path} holds non-finite values")
+        elif bound is not None and max(-lo, hi) > bound:
+            problems.append(f"{path} holds |value| up to {max(-lo, hi):.3g}, over the bound {bound:g}")
+    return problems
+
+
+def _floating_leaves(state: object, where: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(path, tensor)`` of each non-empty floating tensor in a nest of dicts, lists and tuples."""
     if isinstance(state, torch.Tensor):
-        if not state.is_floating_point() or state.numel() == 0:
-            return []
-        if not bool(torch.isfinite(state).all()):
-            return [f"{where} holds non-finite values"]
-        top = float(state.abs().max())
-        return [f"{where} holds |value| up to {top:.3g}, over the bound {bound:g}"] if bound is not None and top > bound else []
-    if isinstance(state, Mapping):
-        return [p for k, v in state.items() for p in state_problems(v, bound, f"{where}.{k}")]
-    if isinstance(state, (list, tuple)):
-        return [p for i, v in enumerate(state) for p in state_problems(v, bound, f"{where}[{i}]")]
-    return []
+        if state.is_floating_point() and state.numel():
+            yield where, state
+    elif isinstance(state, Mapping):
+        for k, v in state.items():
+            yield from _floating_leaves(v, f"{where}.{k}")
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            yield from _floating_leaves(v, f"{where}[{i}]")
 
 
 class Server:
@@ -289,14 +308,16 @@ class Server:
         return environment(self.device, self.cfg.precision, self.cfg.deterministic)
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint`'s output (the config must be the same). A checkpoint written
-        on another device, CPU model, CPU capability or thread count is restored with a warning: the
-        rest of the run computes with other float32 kernels, so it is another sample of the experiment,
-        not the numbers the uninterrupted run would have given (docs/engine.md)."""
+        """Continue from :meth:`checkpoint`'s output (the config must be the same, apart from its
+        ``device``: where a run computes does not define the experiment). A checkpoint written on
+        another device, CPU model, CPU capability or thread count is restored with a warning: the
+        rest of the run computes with other float32 kernels (and CUDA generators draw other numbers
+        than the CPU's), so it is another sample of the experiment, not the numbers the uninterrupted
+        run would have given (docs/engine.md)."""
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
-            same = parse_config(payload["config"]).to_dict() == self.cfg.to_dict()
+            same = _experiment(parse_config(payload["config"])) == _experiment(self.cfg)
         except (ConfigError, TypeError, AttributeError):
             same = False
         if not same:

@@ -238,15 +238,18 @@ def _instance_moments(flat: Tensor) -> tuple[Tensor, Tensor]:
     The two-pass algorithm (``m = sum(x) / N``, then ``sum((x - m)^2) / N``), several times faster
     on CPU than ``torch.var_mean`` over the last dim. For long rows the second pass is
     ``native_batch_norm_backward`` with ``grad = x`` and mean ``m``, which returns
-    ``sum(x * (x - m)) = sum((x - m)^2)`` (as ``sum(x - m) = 0``) without a temporary.
+    ``sum(x * (x - m)) = sum((x - m)^2)`` (as ``sum(x - m) = 0``) without a temporary. Its weight
+    is given (ones; it scales only the input gradient, not computed here): CUDA's kernel shapes the
+    weight gradient after it and fails on an absent one.
     """
     n = flat.shape[-1]
     mean = flat.sum(-1).view(-1).div_(n)
     if n < _FUSED_MOMENTS_MIN:
         dev = flat.view(-1, n) - mean.unsqueeze(1)
         return mean, torch.linalg.vecdot(dev, dev).div_(n)
+    ones = torch.ones_like(mean)
     _, sq, _ = torch.ops.aten.native_batch_norm_backward(
-        flat, flat, None, None, None, mean, torch.ones_like(mean), True, 0.0, [False, True, False])
+        flat, flat, ones, None, None, mean, ones, True, 0.0, [False, True, False])
     return mean, sq.div_(n).clamp_min_(0.0)
 
 
@@ -295,7 +298,7 @@ class _Restyle(torch.autograd.Function):
         z, a, ones = ctx.stats
         flat_g, flat_x = gy.reshape(1, -1, ctx.n), x.reshape(1, -1, ctx.n)
         _, g_centred, g_sum = torch.ops.aten.native_batch_norm_backward(
-            flat_g, flat_x, None, None, None, mean, ones, True, 0.0, [False, True, True])
+            flat_g, flat_x, ones, None, None, mean, ones, True, 0.0, [False, True, True])
         g_hat = torch.stack((g_sum, g_centred)).view_as(z)
         g_hat[1].div_(z[1])  # dL/dmu_hat = sum g, dL/dsigma_hat = sum g (x - mu) / sigma
         g_z = ctx.vjp(g_hat).addcmul_(g_hat, a, value=-1)  # y's own dependence: -a, -a (x - mu) / sigma

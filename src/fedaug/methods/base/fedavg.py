@@ -53,11 +53,10 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
     """
     if not tensors[0].is_floating_point():
         return torch.stack(list(tensors)).amax(0)
-    w = torch.tensor(weights, dtype=torch.float64, device=tensors[0].device)
-    w = w / w.sum()
+    w = torch.tensor(weights, dtype=torch.float64)
     acc = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
-    for wk, t in zip(w, tensors):
-        acc += wk * t.to(torch.float64)
+    for wk, t in zip((w / w.sum()).tolist(), tensors):  # host scalars: no host-to-device copy per tensor
+        acc += t.to(torch.float64) * wk
     return acc.to(tensors[0].dtype)
 
 

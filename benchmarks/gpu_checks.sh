@@ -1,0 +1,21 @@
+#!/bin/bash
+# The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
+# the tests/gpu suite, then bench_device.py and bench_ffa.py on cuda. Each step has its own time limit
+# and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
+#   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
+set -u
+out=${OUT:-gpu-checks}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
+  tail -n 25 "$out/$name.txt"
+}
+step env 60 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+step tests_gpu 240 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
+step bench_device 240 "$py" benchmarks/bench_device.py --devices cuda --threads 8
+step bench_ffa 120 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
