@@ -58,13 +58,17 @@ def test_batch_means_golden():
     assert torch.equal(mx, x.mean(0, keepdim=True))
 
 
+def shared_part() -> dict[str, torch.Tensor]:
+    """A downlink holding three means of clients 1 and 2 (3x3 images, 4 classes)."""
+    return {"start": torch.tensor(0), "x": torch.rand(3, 9), "y": torch.eye(4)[torch.tensor([1, 2, 3])],
+            "owner": torch.tensor([1, 1, 2])}
+
+
 def shared_fedmix(mode: str) -> tuple[FedMix, object]:
     fedmix = FedMix(lam=0.25, mean_batch=2, mode=mode)
     x = torch.rand(6, 1, 3, 3)
     ctx = make_ctx(x, torch.tensor([0, 1, 2, 3, 0, 1]), client_id=0, model=nn.Sequential(nn.Flatten(), nn.Linear(9, 4)))
-    part = {"start": torch.tensor(0), "x": torch.rand(3, 9), "y": torch.eye(4)[torch.tensor([1, 2, 3])],
-            "owner": torch.tensor([1, 1, 2])}
-    fedmix.receive(ctx, part, {})
+    fedmix.receive(ctx, shared_part(), {})
     return fedmix, ctx
 
 
@@ -85,6 +89,31 @@ def test_fedmix_forward_scales_the_input_and_its_loss_is_finite():
     up, state = fedmix.reply(ctx)
     assert up["x"].shape == (3, 9) and up["y"].shape == (3, 4) and int(up["have"]) == 3  # 6 samples / M_k=2
     assert state["owner"].tolist() == [1, 1, 2]
+
+
+@pytest.mark.parametrize("losses, warned", [((0.4, -0.1), False), ((0.1, -0.4), True)])
+def test_a_round_whose_taylor_loss_sums_below_zero_warns_at_the_reply(monkeypatch, losses, warned):
+    """The Taylor loss is unbounded below: a client whose round of steps sums it below 0 warns (once, at
+    its reply: one synchronisation per client and round, none per step); a positive sum does not."""
+    import warnings
+
+    from fedaug.methods.aug import fedmix as module
+
+    fedmix, ctx = shared_fedmix("fedmix")
+    values = iter(losses)
+    monkeypatch.setattr(module, "fedmix_loss", lambda out, *rest: out.sum() * 0 + next(values))
+    for _ in losses:
+        out, target = fedmix.forward(ctx, Batch(ctx.data.x, ctx.data.y))
+        fedmix.task_loss(ctx, out, target)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fedmix.reply(ctx)
+    assert [str(w.message) for w in caught] == ([module.NEGATIVE_LOSS] if warned else [])
+    fedmix.receive(ctx, shared_part(), {})  # the next round starts a new sum
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fedmix.reply(ctx)
+    assert caught == []
 
 
 def test_share_once_protocol_and_byte_counts():

@@ -24,16 +24,18 @@ loss is bounded.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
-from fedaug.core.payload import TensorSpec
+from fedaug.core.payload import Part, TensorSpec
 from fedaug.layers.mixing import mix, soft_labels
 from fedaug.methods.aug._sharing import PoolAug
 from fedaug.methods.options import check_choice, check_dp, check_noise, check_range, require_classification
-from fedaug.methods.component import Batch, ClientCtx
+from fedaug.methods.component import Batch, ClientCtx, State
 from fedaug.methods.recipe import METHODS
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.mechanism import gaussian_mechanism
@@ -41,6 +43,12 @@ from fedaug.privacy.noise import add_gaussian_noise
 from fedaug.privacy.release import GaussianRelease
 
 MODES = ("fedmix", "naive")
+
+#: warned (once per process, Python's default filter) when a client's Taylor loss sums below 0 in a round
+NEGATIVE_LOSS = ("fedmix: a client's Taylor loss went negative over a round's local steps; the loss is unbounded "
+                 "below (its last term is linear in the input gradient), so the model is likely diverging and "
+                 "will fall towards chance (docs/input_augmentations.md); NaiveMix (fedmix.mode = \"naive\"), "
+                 "fewer local steps or a smaller lam avoid it")
 
 
 def batch_means(x: Tensor, y: Tensor, size: int, perm: Tensor) -> tuple[Tensor, Tensor]:
@@ -170,4 +178,16 @@ class FedMix(PoolAug):
             return ctx.task.loss(out, batch.y)
         x, x_bar, y_bar = self._pair
         self._pair = None
-        return fedmix_loss(out, x, batch.y, x_bar, y_bar, self.lam)
+        loss = fedmix_loss(out, x, batch.y, x_bar, y_bar, self.lam)
+        self._taylor = loss.detach() if self._taylor is None else self._taylor + loss.detach()
+        return loss
+
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        super().receive(ctx, part, state)
+        self._taylor: Tensor | None = None  # this client's Taylor-loss sum this round, on its device (no sync per step)
+
+    def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
+        """The pool's reply; first a warning (:data:`NEGATIVE_LOSS`) if this round's Taylor loss summed below 0."""
+        if self._taylor is not None and float(self._taylor) < 0:
+            warnings.warn(NEGATIVE_LOSS, stacklevel=2)
+        return super().reply(ctx)
