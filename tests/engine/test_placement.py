@@ -10,7 +10,6 @@ the worker model and of the layers attached to it must be on the resolved device
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ import torch
 
 from fedaug.config.schema import validate
 from fedaug.core.device import resolve_device
+from fedaug.core.payload import tensor_leaves
 from fedaug.engine.fleet import METERS, Reply
 from fedaug.engine.simulate import build_simulation
 from fedaug.layers.attach import chains
@@ -28,18 +28,6 @@ from tests.conftest import tiny_raw
 #: options that make a method run on the tiny federation quickly and on every device
 OPTIONS: dict[str, dict[str, Any]] = {"ccvr": {"num_virtual": 8, "epochs": 1}, "fedfa": {"kernel": "off"},
                                       "vfda": {"kernel": "off"}}
-
-
-def tensors(tree: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(path, tensor)`` of every tensor in a nest of dicts, lists and tuples."""
-    if isinstance(tree, torch.Tensor):
-        yield where, tree
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from tensors(v, f"{where}.{k}")
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from tensors(v, f"{where}[{i}]")
 
 
 def method_raw(name: str) -> dict[str, Any]:
@@ -83,9 +71,9 @@ def test_state_and_messages_stay_on_the_device(name: str, monkeypatch: pytest.Mo
     sim.evaluate()
 
     assert streams and set(streams) == {device}, "a component's random stream is not on ctx.device"
-    found = [*tensors(sim.server, "server"), *tensors(sim.client_states, "client_states"),
-             *(t for where, message in seen for t in tensors(message, where)),
-             *tensors(dict(sim.model.state_dict()), "model")]
+    found = [*tensor_leaves(sim.server, "server"), *tensor_leaves(sim.client_states, "client_states"),
+             *(t for where, message in seen for t in tensor_leaves(message, where)),
+             *tensor_leaves(dict(sim.model.state_dict()), "model")]
     found += [(f"layer after {m} ({owner})", t) for m, chain in chains(sim.model).items()
               for owner, layer in chain for t in (*layer.parameters(), *layer.buffers())]
     wrong = [f"{where}: {t.device}" for where, t in found if t.device != device]

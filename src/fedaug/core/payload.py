@@ -10,7 +10,7 @@ docs/engine.md, "The trust boundary"). Their sizes are what communication accoun
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -183,10 +183,17 @@ def message_nbytes(message: Mapping[str, Mapping[str, Tensor]]) -> dict[str, int
 
 def state_nbytes(state: object) -> int:
     """Bytes of every tensor in a nest of dicts, lists and tuples (e.g. a client's per-client state)."""
-    if isinstance(state, Tensor):
-        return state.numel() * state.element_size()
-    if isinstance(state, Mapping):
-        return sum(state_nbytes(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(state_nbytes(v) for v in state)
-    return 0
+    return sum(t.numel() * t.element_size() for _, t in tensor_leaves(state))
+
+
+def tensor_leaves(tree: object, where: str = "") -> Iterator[tuple[str, Tensor]]:
+    """``(path, tensor)`` of every tensor in a nest of dicts, lists and tuples, in order; paths extend
+    ``where`` with ``.key`` and ``[index]``."""
+    if isinstance(tree, Tensor):
+        yield where, tree
+    elif isinstance(tree, Mapping):
+        for k, v in tree.items():
+            yield from tensor_leaves(v, f"{where}.{k}")
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from tensor_leaves(v, f"{where}[{i}]")

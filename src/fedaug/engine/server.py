@@ -16,7 +16,6 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
-from fedaug.core.payload import value_extremes
+from fedaug.core.payload import tensor_leaves, value_extremes
 from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
@@ -106,7 +105,7 @@ def state_problems(state: object, bound: float | None, where: str) -> list[str]:
     a ``|value|`` over ``bound``, one sentence each (the check an aggregate passes before it is
     committed; docs/engine.md, "The trust boundary"). The values are read in one batch
     (:func:`~fedaug.core.payload.value_extremes`), not two device round trips per tensor."""
-    leaves = dict(_floating_leaves(state, where))
+    leaves = {path: t for path, t in tensor_leaves(state, where) if t.is_floating_point() and t.numel()}
     extremes = value_extremes(leaves)
     problems = []
     for path in leaves:
@@ -116,19 +115,6 @@ def state_problems(state: object, bound: float | None, where: str) -> list[str]:
         elif bound is not None and max(-lo, hi) > bound:
             problems.append(f"{path} holds |value| up to {max(-lo, hi):.3g}, over the bound {bound:g}")
     return problems
-
-
-def _floating_leaves(state: object, where: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(path, tensor)`` of each non-empty floating tensor in a nest of dicts, lists and tuples."""
-    if isinstance(state, torch.Tensor):
-        if state.is_floating_point() and state.numel():
-            yield where, state
-    elif isinstance(state, Mapping):
-        for k, v in state.items():
-            yield from _floating_leaves(v, f"{where}.{k}")
-    elif isinstance(state, (list, tuple)):
-        for i, v in enumerate(state):
-            yield from _floating_leaves(v, f"{where}[{i}]")
 
 
 class Server:
