@@ -100,19 +100,18 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             launches instead of three per tensor: on a GPU, a message of a few hundred tensors
             otherwise spends its time launching). ``None`` (default): fused off the CPU.
     """
-    groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
     for name, t in tensors.items():
         if isinstance(t, Tensor) and not t.is_complex() and t.numel():
-            groups.setdefault((t.device, t.dtype if t.is_floating_point() else torch.float64), []).append(name)
+            groups.setdefault((t.device, t.dtype if t.is_floating_point() else torch.float64), {})[name] = t
     rows: dict[torch.device, list[tuple[list[str], Tensor]]] = {}
     with torch.no_grad():
-        for (device, dtype), names in groups.items():
-            group = [tensors[n] for n in names]
+        for (device, dtype), group in groups.items():
             if fused if fused is not None else device.type != "cpu":
-                extremes = _fused_extremes(group, dtype)  # type: ignore[arg-type]
+                extremes = _fused_extremes(list(group.values()), dtype)
             else:
-                extremes = torch.stack([torch.stack(_min_max(t)).double() for t in group])  # type: ignore[arg-type]
-            rows.setdefault(device, []).append((names, extremes))
+                extremes = torch.stack([torch.stack(_min_max(t)).double() for t in group.values()])
+            rows.setdefault(device, []).append((list(group), extremes))
     out: dict[str, tuple[float, float]] = {}
     for parts in rows.values():
         values = torch.cat([v for _, v in parts]).tolist()  # the one synchronisation of this device
