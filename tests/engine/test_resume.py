@@ -301,18 +301,25 @@ def test_resume_warns_when_the_checkpoint_was_written_on_other_cpu_kernels(tmp_p
 
 
 def test_a_checkpoint_written_on_another_device_resumes_here_with_a_warning(tmp_path):
-    """The config's ``device`` says where a run computes, not what it computes: a checkpoint whose config
-    names CUDA restores into this CPU run (warning that the device moved); any other key still refuses."""
+    """The config's ``device`` says where a run computes, not what it computes: a run configured for and
+    checkpointed on CUDA is refused here naming ``--device``, then finishes on the CPU with it (warning
+    that the device moved) with the numbers the weights imply; any other key still refuses."""
     raw = tiny_raw(rounds=3)
     full, part = interrupted(tmp_path, raw, 2)
     ckpt = part / "checkpoints" / "round_000002.pt"
     payload = load_tensors(ckpt)
-    payload["config"] = {**payload["config"], "device": "cuda"}
-    payload["environment"] = {**payload["environment"], "device": "cuda:0"}
+    payload["config"] = {**payload["config"], "device": "cuda:7"}
+    payload["environment"] = {**payload["environment"], "device": "cuda:7"}
     save_tensors(ckpt, payload)
-    with pytest.warns(UserWarning, match=r"round 2's checkpoint was written elsewhere \(device 'cuda:0' -> 'cpu'"):
+    (part / "config.toml").write_text(dump_toml({**read_toml(part / "config.toml"), "device": "cuda:7"}))
+    with pytest.raises(ConfigError, match=rf"device 'cuda:7' is not available on this machine; available: cpu.*; "
+                                          rf"the run was configured for it: finish it here with 'fedaug resume "
+                                          rf"{part} --device cpu'"):
         resume_experiment(str(part), quiet=True)
+    with pytest.warns(UserWarning, match=r"round 2's checkpoint was written elsewhere \(device 'cuda:7' -> 'cpu'"):
+        resume_experiment(str(part), quiet=True, device="cpu")
     assert summary_numbers(part) == summary_numbers(full)  # the weights came back as written
+    assert read_toml(part / "config.toml")["device"] == "cuda:7"  # the run's own config is kept
 
     _, other = interrupted(tmp_path / "other", tiny_raw(rounds=3), 2)
     ckpt = other / "checkpoints" / "round_000002.pt"

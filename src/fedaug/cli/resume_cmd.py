@@ -16,6 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        description="Continue a run from its newest checkpoint; the result equals an "
                                    "uninterrupted run's.")
     p.add_argument("run_dir", help="the run directory 'fedaug run' printed")
+    p.add_argument("--device", help="compute the remaining rounds here (cpu, cuda, cuda:N, mps, auto) instead of "
+                                    "on the run's own device; the resume warns that the device moved")
     add_output_flags(p)
     p.set_defaults(func=main)
 
@@ -23,5 +25,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def main(args: argparse.Namespace) -> int:
     cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
-    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet)
+    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device)
     return finish(summary, run_dir, args.format)

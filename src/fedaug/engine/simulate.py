@@ -17,8 +17,9 @@ from contextlib import nullcontext
 from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig
+from fedaug.config.schema import RunConfig, validate
 from fedaug.core.device import check_fits, resolve_device
+from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message, state_nbytes
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
@@ -144,13 +145,19 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
         return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet)), run_dir
 
 
-def resume_experiment(path: str, *, quiet: bool = False) -> tuple[dict[str, Any], RunDir]:
+def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
+
+    Args:
+        device: where to compute the remaining rounds (``None``: the run's own ``device``), e.g. the
+            CPU for a run that began on a GPU; the checkpoint restores with a warning that the
+            device moved (the rounds after it are another sample of the experiment).
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
             is unreadable, or ``metrics.jsonl`` lacks a round the checkpoint covers.
-        ConfigError: the run's recorded options (the FFA layers' ``kernel``) differ between its
+        ConfigError: the run's device is not on this machine (the message names ``--device``), or
+            the run's recorded options (the FFA layers' ``kernel``) differ between its
             checkpoint and its ``config.toml``, or the run predates their record
             (:func:`fedaug.methods.recorded.check_resume`); the message says what to do.
     """
@@ -158,6 +165,14 @@ def resume_experiment(path: str, *, quiet: bool = False) -> tuple[dict[str, Any]
         stored = parse_config(read_toml(run_dir.path / CONFIG))
         payload = run_dir.load_latest()
         cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+        if device is not None:
+            cfg = validate({**cfg.to_dict(), "device": device})
+        else:
+            try:
+                resolve_device(cfg.device)
+            except ConfigError as err:
+                raise ConfigError(f"{err}; the run was configured for it: finish it here with "
+                                  f"'fedaug resume {path} --device cpu' (or another available device)") from None
         if cfg != stored and payload is None:
             run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
         sim = build_simulation(cfg)
