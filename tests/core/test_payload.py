@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import TensorSpec, message_nbytes, part_nbytes, validate_part, value_extremes
+from fedaug.core.payload import FUSED_MAX, TensorSpec, message_nbytes, part_nbytes, validate_part, value_extremes
 
 SPEC = {"w": TensorSpec((2, 3), torch.float32), "n": TensorSpec((), torch.int64)}
 
@@ -86,11 +86,11 @@ def test_batched_extremes_flag_exactly_the_non_finite_tensors_and_bound_the_rest
     part, spec = {}, {}
     for i in range(8):
         dtype = (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool)[i % 5]
-        t = (torch.randn(3, 4, generator=g) * 10).to(dtype)
+        t = (torch.randn(3, 4 + FUSED_MAX * (i == 1), generator=g) * 10).to(dtype)  # t1 is read alone, fused or not
         if dtype.is_floating_point and torch.rand((), generator=g) < 0.5:
             for bad in torch.tensor([math.nan, math.inf, -math.inf])[torch.rand(3, generator=g) < 0.5]:
-                t.view(-1)[int(torch.randint(12, (), generator=g))] = bad
-        part[f"t{i}"], spec[f"t{i}"] = t, TensorSpec((3, 4), dtype)
+                t.view(-1)[int(torch.randint(t.numel(), (), generator=g))] = bad
+        part[f"t{i}"], spec[f"t{i}"] = t, TensorSpec(tuple(t.shape), dtype)
     extremes = value_extremes(part, fused=fused)
     for name, t in part.items():
         finite = bool(torch.isfinite(t).all())

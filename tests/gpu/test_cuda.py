@@ -25,7 +25,7 @@ import torch
 
 from fedaug.config.load import load_config
 from fedaug.config.schema import validate
-from fedaug.core.payload import value_extremes
+from fedaug.core.payload import FUSED_MAX, value_extremes
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.engine.simulate import build_simulation, resume_experiment, run_experiment
 from fedaug.layers.functional import StatNoise, restyle
@@ -126,15 +126,17 @@ def test_message_extremes_on_cuda_equal_the_cpus() -> None:
     NaN and inf of either sign included."""
     g = torch.Generator().manual_seed(0)
     part = {f"w{i}": torch.randn(i + 1, 7, generator=g) * 100 for i in range(40)}
-    part.update(half=torch.randn(5, generator=g).bfloat16(), count=torch.tensor(3), flag=torch.tensor([True]))
+    part.update(half=torch.randn(5, generator=g).bfloat16(), count=torch.tensor(3), flag=torch.tensor([True]),
+                big=torch.randn(FUSED_MAX + 5, generator=g), big_bad=torch.randn(FUSED_MAX, generator=g))
     for name, bad in (("w3", math.nan), ("w7", math.inf), ("w11", -math.inf)):
         part[name][0, 2] = bad
+    part["big_bad"][-1] = math.inf  # read alone (not fused), as every tensor of FUSED_MAX values or more
     cpu = value_extremes(part)
     cuda = value_extremes({k: v.cuda() for k, v in part.items()})
     assert cuda.keys() == cpu.keys()
     for name in cpu:
         assert cuda[name] == pytest.approx(cpu[name], nan_ok=True), name
-    assert all(math.isnan(cuda[n][0]) for n in ("w3", "w7", "w11"))
+    assert all(math.isnan(cuda[n][0]) for n in ("w3", "w7", "w11", "big_bad"))
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedfa", "flea"])

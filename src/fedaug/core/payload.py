@@ -89,16 +89,23 @@ class TensorSpec:
 Spec = Mapping[str, TensorSpec]
 
 
+#: tensors with at least this many values are read one by one even when fused (see :func:`value_extremes`)
+FUSED_MAX = 1 << 16
+
+
 def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> dict[str, tuple[float, float]]:
     """``(min, max)`` of each real, non-empty tensor in ``tensors``, as floats (both NaN where it holds a
     NaN or an inf), read with one synchronisation per device instead of two or three per tensor.
 
     Args:
         fused: how. ``False``: one ``aminmax`` per tensor (one pass over the data, no copy: the CPU's
-            way, where a call costs microseconds). ``True``: each device's tensors of one dtype
-            concatenated and reduced per tensor by :func:`torch.segment_reduce` (a handful of kernel
-            launches instead of three per tensor: on a GPU, a message of a few hundred tensors
-            otherwise spends its time launching). ``None`` (default): fused off the CPU.
+            way, where a call costs microseconds). ``True``: each device's tensors of one dtype with
+            fewer than :data:`FUSED_MAX` values concatenated and reduced per tensor by
+            :func:`torch.segment_reduce` (a handful of kernel launches instead of three per tensor:
+            on a GPU, a message of a few hundred small tensors otherwise spends its time launching);
+            larger tensors still one ``aminmax`` each (CUDA's segmented reduction gives each segment
+            one thread block: fused, AlexNet-BN's 9.4M-value FC weight would be read by one of the
+            GPU's 132 multiprocessors, three times per message). ``None`` (default): fused off the CPU.
     """
     groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
     for name, t in tensors.items():
@@ -107,11 +114,15 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
     rows: dict[torch.device, list[tuple[list[str], Tensor]]] = {}
     with torch.no_grad():
         for (device, dtype), group in groups.items():
+            small = {}
             if fused if fused is not None else device.type != "cpu":
-                extremes = _fused_extremes(list(group.values()), dtype)
-            else:
-                extremes = torch.stack([torch.stack(_min_max(t)).double() for t in group.values()])
-            rows.setdefault(device, []).append((list(group), extremes))
+                small = {n: t for n, t in group.items() if t.numel() < FUSED_MAX}
+            if small:
+                rows.setdefault(device, []).append((list(small), _fused_extremes(list(small.values()), dtype)))
+            large = {n: t for n, t in group.items() if n not in small}
+            if large:
+                extremes = torch.stack([torch.stack(_min_max(t)).double() for t in large.values()])
+                rows.setdefault(device, []).append((list(large), extremes))
     out: dict[str, tuple[float, float]] = {}
     for parts in rows.values():
         values = torch.cat([v for _, v in parts]).tolist()  # the one synchronisation of this device
