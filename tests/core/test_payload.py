@@ -79,7 +79,7 @@ def test_bytes_are_numel_times_element_size(part, expected):
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("seed", range(20))
 def test_batched_extremes_flag_exactly_the_non_finite_tensors_and_bound_the_rest(seed, fused):
-    """The extremes read in one batch per part (per tensor, or fused as off the CPU): a tensor is reported
+    """The extremes read in one batch per part (per tensor, or fused as on CUDA): a tensor is reported
     non-finite iff it holds a NaN or an inf of either sign (with their count), and every other tensor's
     range is its exact min and max."""
     g = torch.Generator().manual_seed(seed)

@@ -105,7 +105,8 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             on a GPU, a message of a few hundred small tensors otherwise spends its time launching);
             larger tensors still one ``aminmax`` each (CUDA's segmented reduction gives each segment
             one thread block: fused, AlexNet-BN's 9.4M-value FC weight would be read by one of the
-            GPU's 132 multiprocessors, three times per message). ``None`` (default): fused off the CPU.
+            GPU's 132 multiprocessors, three times per message). ``None`` (default): fused on CUDA (not on
+            MPS, where ``segment_reduce`` is untested).
     """
     groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
     for name, t in tensors.items():
@@ -115,7 +116,7 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
     with torch.no_grad():
         for (device, dtype), group in groups.items():
             small = {}
-            if fused if fused is not None else device.type != "cpu":
+            if fused if fused is not None else device.type == "cuda":
                 small = {n: t for n, t in group.items() if t.numel() < FUSED_MAX}
             if small:
                 rows.setdefault(device, []).append((list(small), _fused_extremes(list(small.values()), dtype)))
