@@ -373,9 +373,10 @@ INTRO = (
     "30 rounds turn a last-bit difference into a different run (docs/engine.md, \"Reproducibility "
     "across CPUs\"), so each section says where its runs ran (the development machine's CPU changes "
     "between sessions: AMD EPYCs with AVX512 and with AVX2 and an Intel Xeon with AVX512 so far). "
-    "A section marked \"partial grid\" is still being run for issue 18: the FLea Table 1 grid ran at 3 "
-    "seeds before `fedaug archive` existed and its runs were lost with the machine; until it is run "
-    "again, docs/flea.md gives what they showed."
+    "A section marked \"partial grid\" is still being run for issue 18: the FLea Table 1 grid's first "
+    "3-seed runs were lost with the machine before `fedaug archive` existed; its rerun is archived as "
+    "it goes, the section shows the cells finished so far (means over the seeds each cell has), and its "
+    "claim and reading follow when all 180 cells have finished."
 )
 
 
