@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -96,3 +97,23 @@ def test_the_page_says_where_the_runs_ran(tiny_grid):
     assert rest >= 2
     ties = sorted([f"{env['cpu']}, {cap}, {env['threads']} thread(s): 1 run(s)", "CPU not recorded: 1 run(s)"])
     assert page.machines(mixed) == "; ".join([f"{here}: {rest} run(s)", *ties])  # most first, ties by name
+
+
+def test_the_wall_time_says_which_cells_no_finished_invocation_timed(tiny_grid, tmp_path):
+    page = load_script("results_page")
+    out = tmp_path / "tiny"
+    shutil.copytree(tiny_grid, out)
+    results = load_grid_results(out)
+    assert len(results.runs) == 4
+    assert page.wall_time(out, results).startswith("no fedaug compare invocation on this grid has finished yet; ")
+
+    log = out / page.INVOCATIONS
+    entry = {"finished": "2026-11-26T10:00:00+00:00", "command": "fedaug compare tiny", "jobs": 2, "failed": False}
+    log.write_text(json.dumps({**entry, "wall_s": 120.0, "cells": {"ran": 4}}) + "\n")
+    assert page.wall_time(out, results).startswith("2.0 min over 1 finished invocation(s) (4 ran); ")
+
+    # the grid stopped after three cells (the machine went away); a second invocation ran the last one
+    log.write_text(json.dumps({**entry, "wall_s": 90.0, "cells": {"done before": 3, "ran": 1}}) + "\n")
+    assert page.wall_time(out, results).startswith(
+        "1.5 min over 1 finished invocation(s) (1 ran; the other 3 cells by invocations that left no wall time: "
+        "stopped before they finished, or older than the invocation log); ")
