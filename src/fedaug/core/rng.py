@@ -48,8 +48,16 @@ def scoped_global_seed(seed: int, *keys: Key) -> Iterator[None]:
     """Seed torch's global RNG from the keys inside the block and restore it afterwards.
 
     Library layers that only read global state (``nn.Dropout``, weight initialisers) then become
-    a function of the keys alone, whatever ran before.
+    a function of the keys alone, whatever ran before. The CPU's generator is seeded, and CUDA's
+    and MPS's where they are in use; not with :func:`torch.manual_seed`, which also queues a lazy
+    seeding of every uninitialised backend (CUDA, XPU, MTIA), each formatting a stack trace: a
+    fifth of a round's time for a small client on the CPU. The CPU's draws are the same either way.
     """
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, *keys))
+        derived = derive_seed(seed, *keys)
+        torch.default_generator.manual_seed(derived)
+        if torch.cuda.is_initialized():
+            torch.cuda.manual_seed_all(derived)
+        if torch.backends.mps.is_available():
+            torch.mps.manual_seed(derived)
         yield

@@ -9,7 +9,6 @@ any component's ``before_step`` (SCAFFOLD's correction sees true gradients) and 
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import torch
@@ -39,14 +38,10 @@ def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
     """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
     ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
     that component)."""
-    eval_ctx = dataclasses.replace(ctx, phase="evaluate")
+    eval_ctx = ctx.with_fields(phase="evaluate")
     eval_views = {c.name: eval_ctx.view(c.name) for c in recipe.components}
-    transforms = recipe.per_batch["transform_batch"]
-    views = {}
-    for i, c in enumerate(recipe.components):
-        before = tuple(b for b in recipe.components[:i] if b in transforms)
-        views[c.name] = dataclasses.replace(ctx.view(c.name), eval_inputs=partial(transform_inputs, before, eval_views))
-    return views
+    return {name: ctx.with_fields(component=name, eval_inputs=partial(transform_inputs, before, eval_views))
+            for name, before in recipe.transforms_before.items()}
 
 
 def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
@@ -89,7 +84,7 @@ def train_client(
         The uplink message, the training metrics and the client's new per-client state.
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
-    ctx = dataclasses.replace(ctx, num_steps=len(steps))
+    ctx = ctx.with_fields(num_steps=len(steps))
     views = _component_views(recipe, ctx)
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):

@@ -137,7 +137,14 @@ class ClientCtx:
 
     def view(self, component: str) -> "ClientCtx":
         """A view of this context for ``component``; views share their random streams' table."""
-        return dataclasses.replace(self, component=component)
+        return self.with_fields(component=component)
+
+    def with_fields(self, **changes: Any) -> "ClientCtx":
+        """A copy with ``changes`` (``dataclasses.replace`` without re-running ``__init__``: it is paid
+        several times per client; the random streams' table stays shared)."""
+        copy = object.__new__(ClientCtx)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
 
 Closure = Callable[[], Tensor]
