@@ -64,7 +64,7 @@ def engine_config(job: Job, rounds: int, threads: int, workers: int):
     from fedaug.config.schema import validate
 
     return validate({
-        "seed": 0, "threads": threads, **({"workers": workers} if workers != 1 else {}),
+        "seed": 0, "threads": threads, "workers": workers,
         "data": {"name": "synthetic", "options": job.data_options},
         "model": {"name": job.model},
         "train": {"rounds": rounds, "participation": job.per_round / job.num_clients, "local_steps": job.steps,
@@ -82,10 +82,11 @@ def engine_rounds(job: Job, rounds: int, threads: int, workers: int) -> list[tup
     configure_process(cfg.threads)
     sim = build_simulation(cfg)
     times = []
-    for r in range(1, rounds + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        sim.run_round(r)
-        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    with sim:
+        for r in range(1, rounds + 1):
+            t0, c0 = time.perf_counter(), time.process_time()
+            sim.run_round(r)
+            times.append((time.perf_counter() - t0, time.process_time() - c0))
     return times
 
 

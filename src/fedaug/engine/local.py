@@ -44,6 +44,18 @@ def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
             for name, before in recipe.transforms_before.items()}
 
 
+def _batches_per_epoch(n: int, cfg: TrainConfig) -> tuple[int, int]:
+    """``(batch size, batches per epoch)`` of a client with ``n`` training samples (:func:`batch_indices`)."""
+    bs = min(cfg.batch_size, n)
+    full = n // bs
+    return bs, full + (0 if cfg.drop_last or n - full * bs < 2 else 1)
+
+
+def num_local_steps(n: int, cfg: TrainConfig) -> int:
+    """How many optimiser steps a client with ``n`` training samples takes in a round (:func:`batch_indices`)."""
+    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * _batches_per_epoch(n, cfg)[1]
+
+
 def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
     """Index tensors of the round's mini-batches, reshuffling every epoch.
 
@@ -52,11 +64,8 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
     unless the client has fewer than ``batch_size`` samples (then each epoch is one batch of all
     of them); without it, a last batch of a single sample is dropped too (BatchNorm needs two).
     """
-    bs = min(cfg.batch_size, n)
-    full = n // bs
-    extra = 0 if cfg.drop_last or n - full * bs < 2 else 1
-    per_epoch = full + extra
-    want = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
+    bs, per_epoch = _batches_per_epoch(n, cfg)
+    want = num_local_steps(n, cfg)
     out: list[Tensor] = []
     while len(out) < want:
         perm = torch.randperm(n, generator=g, device=g.device)

@@ -48,9 +48,13 @@ CHECKPOINT_FORMAT = 1
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
 
+#: where and how fast a run computes, not what: a checkpoint restores whatever these were
+PLACEMENT = ("device", "workers", "devices")
+
+
 def _experiment(cfg: RunConfig) -> dict[str, Any]:
-    """``cfg`` as a dict without ``device``: what a checkpoint's config must equal to be restored."""
-    return {k: v for k, v in cfg.to_dict().items() if k != "device"}
+    """``cfg`` as a dict without :data:`PLACEMENT`: what a checkpoint's config must equal to be restored."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in PLACEMENT}
 
 
 @dataclass(frozen=True)
