@@ -167,7 +167,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
-                      recipe: Recipe | None = None) -> tuple[dict[str, Any], RunDir]:
+                      recipe: Recipe | None = None, workers: int | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -175,6 +175,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             CPU for a run that began on a GPU; the checkpoint restores with a warning that the
             device moved (the rounds after it are another sample of the experiment).
         recipe: the method, for a run started with one of your own (default: built from the config).
+        workers: train the remaining rounds on this many worker processes (``None``: the run's own
+            ``workers``); the numbers are the same.
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
@@ -188,6 +190,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         stored = parse_config(read_toml(run_dir.path / CONFIG))
         payload = run_dir.load_latest()
         cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+        if workers is not None:
+            cfg = validate({**cfg.to_dict(), "workers": workers})
         if device is not None:
             cfg = validate({**cfg.to_dict(), "device": device})
         else:
