@@ -378,5 +378,5 @@ class Server:
             "final": self.last_eval, "best": self.best, "comm_total": self.comm_total,
             "run_dir": str(run_dir) if run_dir is not None else None,
             "data_info": self.federation.info,
-            "environment": environment(self.device, self.cfg.precision, self.cfg.deterministic),
+            "environment": self._environment(),
         }

@@ -127,6 +127,14 @@ class Simulation(Server):
         finally:
             self.close()
 
+    def _environment(self) -> dict[str, Any]:
+        """Where the run computed; with worker processes, the thread count they trained at (``threads``)
+        and how many there were (``workers``)."""
+        env = super()._environment()
+        if self.cfg.workers > 1:
+            env.update(threads=self.cfg.threads, workers=self.cfg.workers)
+        return env
+
     def close(self) -> None:
         """Stop the worker processes, if any (a later round starts them again)."""
         self.fleet.close()
