@@ -107,6 +107,10 @@ class TensorSpec:
 Spec = Mapping[str, TensorSpec]
 
 
+#: the dtypes whose values :func:`norm_bounded` bounds (float16 and bfloat16 squares underflow too soon)
+_NORMED = (torch.float32, torch.float64)
+
+
 def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[str]:
     """The names of the tensors whose L2 norm alone proves every value finite and within ``max_abs``:
     contiguous float32/float64 CPU tensors whose norm is finite and at most ``max_abs / 2``. For the
@@ -121,14 +125,13 @@ def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[st
     """
     groups: dict[torch.dtype, dict[str, Tensor]] = {}
     for name, t in tensors.items():
-        if t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.numel() and t.is_contiguous():
-            groups.setdefault(t.dtype, {})[name] = t
+        if t.dtype in _NORMED and t.is_cpu and t.is_contiguous() and t.numel():
+            groups.setdefault(t.dtype, {})[name] = t.detach()
     half = math.inf if max_abs is None else max_abs / 2
     out = set()
-    with torch.no_grad():
-        for group in groups.values():
-            norms = torch.stack(torch._foreach_norm(list(group.values()))).tolist()
-            out.update(name for name, norm in zip(group, norms) if math.isfinite(norm) and norm <= half)
+    for group in groups.values():
+        norms = torch.stack(torch._foreach_norm(list(group.values()))).tolist()
+        out.update(name for name, norm in zip(group, norms) if math.isfinite(norm) and norm <= half)
     return out
 
 
