@@ -24,14 +24,44 @@ from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """A fresh local optimiser (state is never carried between rounds or clients)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """A fresh local optimiser over ``params``."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
+
+
+class LocalOptimizer:
+    """A worker's local optimiser, as good as new for every client: its state (momentum buffers,
+    Adam's moments and step) is never carried between rounds or clients. One optimiser is reset per
+    client (state cleared, hyperparameters restored, this round's learning rate) instead of built: a
+    tenth of a small client's fixed cost. A new one is built whenever the trainable parameters change.
+
+    Args:
+        cfg: local training options (``optimizer``, ``momentum``, ``weight_decay``).
+    """
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._params: list[nn.Parameter] = []
+        self._group: dict[str, object] = {}
+
+    def fresh(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+        """The optimiser over ``model``'s trainable parameters, at learning rate ``lr``, with no state."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = self._optimizer
+        if (opt is None or len(opt.param_groups) != 1 or len(params) != len(self._params)
+                or any(a is not b for a, b in zip(params, self._params))):
+            opt = self._optimizer = make_optimizer(params, self.cfg, lr)
+            self._params = params
+            self._group = {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+            return opt
+        opt.state.clear()
+        opt.param_groups[0].update(self._group, lr=lr)
+        return opt
 
 
 def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
@@ -75,7 +105,7 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
 
 def train_client(
     recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
-    precision: str = "32",
+    precision: str = "32", optimizers: LocalOptimizer | None = None,
 ) -> Reply:
     """Run one client's training phase on the worker model ``ctx.model``, on ``ctx.device``.
 
@@ -88,6 +118,7 @@ def train_client(
         precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (:mod:`fedaug.core.device`); with
             ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.worker.Worker`
             refuses it).
+        optimizers: the worker's :class:`LocalOptimizer` (default: a new one, for this client alone).
 
     Returns:
         The uplink message, the training metrics and the client's new per-client state.
@@ -100,7 +131,7 @@ def train_client(
         for c in recipe.participants("train"):
             c.receive(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
         model.train()
-        optimizer = make_optimizer(model, cfg, ctx.lr)
+        optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
         forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
         transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
         scaler = grad_scaler(ctx.device, precision)

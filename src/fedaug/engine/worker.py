@@ -22,7 +22,7 @@ from fedaug.data.base import ClientData
 from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
 from fedaug.engine.fleet import Reply
-from fedaug.engine.local import train_client
+from fedaug.engine.local import LocalOptimizer, train_client
 from fedaug.engine.query import answer_query
 from fedaug.layers.attach import check_chains
 from fedaug.methods.component import PHASES, ClientCtx, Phase, State
@@ -87,6 +87,7 @@ class Worker:
         self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
                            for phase in PHASES}
         self.checked = PassedParts()  # the server's tensors are read once, not once per client
+        self.optimizers = LocalOptimizer(cfg.train)
 
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:
@@ -111,7 +112,7 @@ class Worker:
         ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task,
                         device=dev)
         if phase == "train":
-            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision)
+            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers)
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:
