@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from fedaug.core.rng import derive_seed, generator, scoped_global_seed

@@ -203,6 +203,7 @@ def test_a_grid_on_two_workers_equals_the_grid_on_one(tmp_path, tiny_grid):
     assert sorted(o.status for o in outcomes) == ["ran", "ran"]
     two = summaries(tmp_path / "two")
     one = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
+    assert all(v["environment"].pop("workers") == 2 for v in two.values())  # recorded where it ran, and how
     assert {k: strip(v) for k, v in two.items()} == {k: strip(v) for k, v in one.items()}
 
 

@@ -23,6 +23,7 @@ import multiprocessing
 import pickle
 import signal
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from fedaug.config.schema import RunConfig, TrainConfig, validate
 from fedaug.core.device import to_device
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Message
-from fedaug.core.runtime import configure_process, deterministic_algorithms
+from fedaug.core.runtime import available_cores, configure_process, deterministic_algorithms
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.engine.fleet import Reply, StatesHere
 from fedaug.engine.local import num_local_steps
@@ -189,6 +190,11 @@ class ProcessFleet(StatesHere):
         except Exception as exc:  # noqa: BLE001 - any reason pickling fails
             raise ConfigError(f"workers={cfg.workers} sends the method to worker processes, which needs a picklable "
                               f"recipe ({exc}); define custom components at a module's top level, or set workers=1") from None
+        cores = available_cores()
+        if cfg.workers * cfg.threads > cores:
+            warnings.warn(f"workers={cfg.workers} x threads={cfg.threads} = {cfg.workers * cfg.threads} threads on {cores} "
+                          f"cores: they slow each other down; set threads={max(1, cores // cfg.workers)} (or fewer "
+                          "workers) to fit the cores (the records depend on threads, not on workers)", stacklevel=3)
         self.cfg, self.device = cfg, device
         self.clients = list(data.clients)
         self._setup = _Setup(cfg.to_dict(), recipe_bytes, pack(data), tuple(data.input_shape), data.num_classes,

@@ -29,7 +29,6 @@ every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args

@@ -42,7 +42,7 @@ from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
-from fedaug.core.runtime import configure_process, torch_threads
+from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records import CONFIG, SUMMARY
 from fedaug.engine.simulate import resume_experiment, run_experiment
@@ -101,11 +101,6 @@ def find_run(directory: Path) -> Path | None:
     """The newest run directory (one holding a config) in a cell's directory, if any."""
     runs = [p for p in Path(directory).iterdir() if (p / CONFIG).is_file()] if Path(directory).is_dir() else []
     return max(runs, key=lambda p: p.name) if runs else None
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
