@@ -133,7 +133,7 @@ def test_a_worker_killed_mid_round_names_the_client_and_the_run_resumes(tmp_path
                                                   r"The run stops here; .* 'fedaug resume " + str(run_dir.path)):
         Simulation(cfg, data, recipe).run(run_dir)
     assert [r["round"] for r in run_dir.rounds()] == [1, 2]
-    assert not any(p.name.startswith("fedaug-worker") for p in _children())  # no worker left behind
+    assert not _workers_under(os.getpid())  # none left behind
     with torch_threads(1):  # on one worker now: the numbers do not depend on it
         resume_experiment(str(run_dir.path), quiet=True, recipe=recipe, workers=1)  # the marker: it kills no more
     ref = tmp_path / "ref"
@@ -196,13 +196,43 @@ def test_clients_are_dispatched_longest_first():
     assert expected_cost("evaluate", data.clients[0], cfg.train) == len(data.clients[0].val) + len(data.clients[0].test)
 
 
-def _children() -> list[Path]:
-    """The names of this process's live child processes (``/proc``), as paths for their ``name``."""
-    out = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                out.append(Path(Path(f"/proc/{pid}/comm").read_text().strip()))
-            except FileNotFoundError:
+def test_ctrl_c_ends_the_run_and_every_worker(tmp_path):
+    raw = config(2).to_dict()
+    raw["train"]["rounds"] = 50
+    raw.update(out_dir=str(tmp_path / "runs"), name="interrupted")
+    cfg_file = tmp_path / "cfg.toml"
+    cfg_file.write_text(dump_toml(raw))
+    proc = subprocess.Popen([sys.executable, "-m", "fedaug", "run", str(cfg_file), "-q"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)  # its own group, as a terminal's job
+    deadline, workers = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None:  # until round 2 is recorded
+        found = list((tmp_path / "runs").glob("interrupted-*/metrics.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 2:
+            workers = _workers_under(proc.pid)
+            break
+        time.sleep(0.05)
+    assert len(workers) == 2, f"no workers found: {proc.stderr.read().decode() if proc.poll() is not None else ''}"
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    assert proc.wait(timeout=60) == 130
+    assert "fedaug: interrupted" in proc.stderr.read().decode()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def _workers_under(ancestor: int) -> list[int]:
+    """The pids of live worker processes (named ``fedaug-worker-N``) descending from ``ancestor``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not (proc.name.isdigit() and (proc / "comm").read_text().startswith("fedaug-worker")):
                 continue
-    return out
+            pid = int(proc.name)
+            while pid > 1 and pid != ancestor:
+                pid = int((Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]).split()[1])  # the parent
+            if pid == ancestor:
+                found.append(int(proc.name))
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return found

@@ -19,6 +19,8 @@ stop when the server process closes the pool or goes away).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import pickle
 import signal
@@ -121,6 +123,7 @@ class _Setup:
 def _serve(conn: Connection, setup: _Setup) -> None:
     """A worker process: build the worker, then answer tasks until the server closes the connection."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle; it closes the pool
+    _name_process(multiprocessing.current_process().name)
     from fedaug.engine.worker import Worker, build_worker_model  # after the signal: a slow import
 
     cfg = validate(setup.config)
@@ -149,6 +152,15 @@ def _serve(conn: Connection, setup: _Setup) -> None:
             except Exception as exc:  # noqa: BLE001 - raised again in the server process
                 answer = ("error", cid, _picklable(exc), traceback.format_exc())
             channel.send(answer, remember=False)
+
+
+def _name_process(name: str) -> None:
+    """Show ``name`` for this process in ``ps``/``top`` (Linux; elsewhere nothing happens)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        return
 
 
 def _picklable(exc: BaseException) -> BaseException | None:
