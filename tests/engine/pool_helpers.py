@@ -38,3 +38,16 @@ class RaiseIn(Component):
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         if ctx.training and ctx.client_id == self.client:
             raise ValueError(f"client {ctx.client_id} refuses")
+
+
+class UnbuildableInWorkers(Component):
+    """Builds in the server process but not in a worker process (its unpickling raises)."""
+
+    name = "unbuildable"
+    role = "objective"
+
+    def __init__(self) -> None:
+        self.where = "server"  # a state to unpickle
+
+    def __setstate__(self, state: dict) -> None:
+        raise ValueError("this component cannot be built in a worker process")

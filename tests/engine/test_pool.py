@@ -27,7 +27,7 @@ from fedaug.engine.simulate import Simulation, build_simulation, resume_experime
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe, build_recipe
 from tests.conftest import tiny_raw
-from tests.engine.pool_helpers import KillOnce, RaiseIn
+from tests.engine.pool_helpers import KillOnce, RaiseIn, UnbuildableInWorkers
 from tests.engine.test_resume import comparable, summary_numbers
 
 #: method -> (base, augs, options): the issue's list (FedBN as the method and as FedAvg's bn="local";
@@ -236,3 +236,12 @@ def _workers_under(ancestor: int) -> list[int]:
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
     return found
+
+
+def test_a_worker_that_cannot_be_built_raises_its_reason_in_the_server_process():
+    cfg = config(2)
+    data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
+    with pytest.raises(ValueError, match="this component cannot be built in a worker process"):
+        with Simulation(cfg, data, Recipe(FedAvg(), [UnbuildableInWorkers()])) as sim:
+            sim.run_round(1)
+    assert not _workers_under(os.getpid())

@@ -121,22 +121,19 @@ class _Setup:
 
 
 def _serve(conn: Connection, setup: _Setup) -> None:
-    """A worker process: build the worker, then answer tasks until the server closes the connection."""
+    """A worker process: build the worker, then answer tasks until the server closes the connection
+    (a worker that cannot be built answers every task with the reason)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle; it closes the pool
     _name_process(multiprocessing.current_process().name)
-    from fedaug.engine.worker import Worker, build_worker_model  # after the signal: a slow import
-
+    channel = Channel(conn)
     cfg = validate(setup.config)
     configure_process(cfg.threads, cfg.deterministic)
-    recipe: Recipe = pickle.loads(setup.recipe)
-    device = torch.device(setup.device)
-    clients = setup.data.clients()
-    if cfg.data.on_device:
-        clients = [c.to(device) for c in clients]
-    channel = Channel(conn)
     with deterministic_algorithms(cfg.deterministic):
-        model = build_worker_model(cfg, recipe, setup.input_shape, setup.num_classes, device)
-        worker = Worker(cfg, recipe, model, make_task(setup.task, setup.num_classes), len(clients))
+        try:
+            worker, clients = _build(cfg, setup)
+            failure = None
+        except Exception as exc:  # noqa: BLE001 - raised again in the server process, with the first task
+            failure = (_picklable(exc), traceback.format_exc())
         while True:
             try:
                 task = channel.recv()
@@ -147,11 +144,27 @@ def _serve(conn: Connection, setup: _Setup) -> None:
                 continue
             phase, cid, r, lr, message, state = task
             try:
-                reply = worker.run(phase, cid, r, lr, clients[cid], message, state)
-                answer: tuple[Any, ...] = ("ok", cid, reply.message, reply.metrics, reply.state)
+                if failure is not None:
+                    answer: tuple[Any, ...] = ("error", cid, *failure)
+                else:
+                    reply = worker.run(phase, cid, r, lr, clients[cid], message, state)
+                    answer = ("ok", cid, reply.message, reply.metrics, reply.state)
             except Exception as exc:  # noqa: BLE001 - raised again in the server process
                 answer = ("error", cid, _picklable(exc), traceback.format_exc())
             channel.send(answer, remember=False)
+
+
+def _build(cfg: RunConfig, setup: _Setup) -> tuple[Any, list[ClientData]]:
+    """A worker process's :class:`~fedaug.engine.worker.Worker` and clients, on its device."""
+    from fedaug.engine.worker import Worker, build_worker_model  # here: the engine imports this module
+
+    recipe: Recipe = pickle.loads(setup.recipe)
+    device = torch.device(setup.device)
+    clients = setup.data.clients()
+    if cfg.data.on_device:
+        clients = [c.to(device) for c in clients]
+    model = build_worker_model(cfg, recipe, setup.input_shape, setup.num_classes, device)
+    return Worker(cfg, recipe, model, make_task(setup.task, setup.num_classes), len(clients)), clients
 
 
 def _name_process(name: str) -> None:
