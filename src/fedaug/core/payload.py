@@ -10,12 +10,12 @@ docs/engine.md, "The trust boundary"). Their sizes are what communication accoun
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakIdKeyDictionary
 
 from fedaug.core.errors import PayloadError
 
@@ -244,25 +244,33 @@ class PassedParts:
     reading a 200k-value model's extremes again for each of a hundred small clients costs as much as
     a local step. A part passes here without a read when each of its tensors is the very object
     that passed before under the same key and entry name, unchanged since: its version counter
-    (bumped by every in-place write torch sees) is the one recorded. Tensors are held weakly.
+    (bumped by every in-place write torch sees) is the one recorded. Tensors are held weakly (an
+    entry leaves when its tensor is freed).
     """
 
     def __init__(self) -> None:
-        self._passed: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._passed: dict[int, tuple[weakref.ref[Tensor], object, str, int]] = {}
 
-    def validate(self, part: object, spec: Spec, where: str, key: object) -> None:
+    def validate(self, part: object, spec: Spec, where: str | Callable[[], str], key: object) -> None:
         """:func:`validate_part` of ``part`` against ``spec`` (no magnitude bound), skipped when every
         tensor of ``part`` passed under ``key`` (e.g. the phase and the part's name) unchanged.
+
+        Args:
+            where: as in :func:`validate_part`, or a function that says it (called only for a check).
 
         Raises:
             PayloadError: as :func:`validate_part`.
         """
-        if (isinstance(part, Mapping) and part.keys() == spec.keys()
-                and all(isinstance(t, Tensor) and self._passed.get(t) == (key, n, t._version) for n, t in part.items())):
+        if isinstance(part, Mapping) and part.keys() == spec.keys() and all(self._known(t, key, n) for n, t in part.items()):
             return
-        validate_part(part, spec, where)
+        validate_part(part, spec, where if isinstance(where, str) else where())
+        passed = self._passed
         for n, t in part.items():  # validate_part passed: a dict of tensors
-            self._passed[t] = (key, n, t._version)
+            passed[id(t)] = (weakref.ref(t, lambda _, i=id(t): passed.pop(i, None)), key, n, t._version)
+
+    def _known(self, t: object, key: object, name: str) -> bool:
+        entry = self._passed.get(id(t))
+        return entry is not None and entry[0]() is t and entry[1:] == (key, name, t._version)  # type: ignore[union-attr]
 
 
 def part_nbytes(part: Mapping[str, Tensor]) -> int:

@@ -102,8 +102,8 @@ class Worker:
         """
         where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
         for name, spec in self.down_specs[phase].items():
-            self.checked.validate(message.get(name), spec, f"round {r}: {where} to client {client_id}, part '{name}'",
-                                  (phase, name))
+            self.checked.validate(message.get(name), spec, lambda: f"round {r}: {where} to client {client_id}, part "
+                                  f"'{name}'", (phase, name))
         dev, non_blocking = self.device, self.device.type == "cuda"
         message, state = to_device(message, dev), to_device(dict(state), dev)
         if phase == "evaluate":
