@@ -43,7 +43,7 @@ from fedaug.core.runtime import available_cores, configure_process, deterministi
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.engine.fleet import Reply, StatesHere
 from fedaug.engine.local import num_local_steps
-from fedaug.engine.transport import Channel
+from fedaug.engine.transport import Channel, remove_arenas
 from fedaug.methods.component import Phase
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
@@ -126,6 +126,13 @@ def _serve(conn: Connection, setup: _Setup) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle; it closes the pool
     _name_process(multiprocessing.current_process().name)
     channel = Channel(conn)
+    try:
+        _answer_tasks(channel, setup)
+    finally:
+        channel.close()
+
+
+def _answer_tasks(channel: Channel, setup: _Setup) -> None:
     cfg = validate(setup.config)
     configure_process(cfg.threads, cfg.deterministic)
     with deterministic_algorithms(cfg.deterministic):
@@ -289,6 +296,7 @@ class ProcessFleet(StatesHere):
             answer = w.channel.recv()
         except (EOFError, OSError):
             w.process.join(timeout=5)
+            remove_arenas(w.process.pid)  # what it was writing when it died, if anything
             code = w.process.exitcode
             how = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
                    else f"exit code {code}")
@@ -317,7 +325,7 @@ def _context() -> multiprocessing.context.BaseContext:
 def _stop(pool: list[_Process]) -> None:
     """Close the workers' connections (they stop at EOF) and make sure they are gone."""
     for w in pool:
-        w.channel.conn.close()
+        w.channel.close()
     for w in pool:
         w.process.join(timeout=2)
         if w.process.is_alive():
