@@ -70,6 +70,9 @@ class TrainConfig:
     lr_step_rounds: int = opt(10, "rounds between decays (step schedule)", lo=1)
     lr_min: float = opt(0.0, "floor of the learning rate (exponential, cosine)", lo=0.0)
     min_clients: int = opt(1, "fewest valid uploads a round needs to aggregate", lo=1)
+    on_empty_round: str = opt("keep", "a round with fewer than min_clients valid uploads: keep the previous global "
+                                      "state and go on (the round record says so under 'aggregate'), or stop the "
+                                      "run with the reasons", choices=("keep", "stop"))
 
 
 @dataclass
@@ -77,6 +80,10 @@ class EvalConfig:
     every: int = opt(1, "evaluate the global model every N rounds (and after the last)", lo=1)
     batch_size: int = opt(256, "evaluation batch size", lo=1)
     best_by: str = opt("val", "split whose mean client accuracy picks the best round", choices=("val", "test"))
+
+
+#: ``trust.screen_multiple``'s default: honest uploads stay far below it (docs/engine.md, "The trust boundary")
+SCREEN_MULTIPLE = 10.0
 
 
 @dataclass
@@ -87,6 +94,11 @@ class TrustConfig:
                                               "name (or 'meters'), e.g. {fedavg = 100.0}")
     max_num_train: int = opt(10**9, "largest training-set size a SuperNode may report (its aggregation weight)",
                              lo=1)
+    screen: str = opt("reject", "a training upload whose update norm exceeds screen_multiple times the round's "
+                                "median: rejected, clipped to that limit, or let through (norms are recorded "
+                                "either way; docs/engine.md, 'The trust boundary')", choices=("reject", "clip", "off"))
+    screen_multiple: float = opt(SCREEN_MULTIPLE, "the limit of an upload's update norm, as a multiple of the round's "
+                                                  "median update norm", lo=1.0, lo_open=True)
 
     def bound(self, part: str) -> float | None:
         """The magnitude bound of ``part``, a component's name; evaluation ``meters`` (sums of losses
