@@ -15,8 +15,13 @@ taken relative to the round instead of a fixed constant, so that it needs no tun
 
 - ``"reject"``: an upload over the limit is rejected with its norm, the median and the limit (the
   round goes on with the others, like every rejected upload).
-- ``"clip"``: it is scaled back to the limit, ``w + Delta_k * limit / ||Delta_k||`` (the paper's
-  norm bounding), and aggregated.
+- ``"clip"``: it is scaled back to the round's median norm, ``w + Delta_k * median / ||Delta_k||``
+  (the paper's norm bounding, with the typical honest norm as its bound), and aggregated: the
+  outlier keeps the influence of a typical client. Clipping to the limit itself would let a
+  persistent attacker push ``screen_multiple`` times harder than anyone else every round; on the
+  tiny test federation that inflates the honest clients' next updates, hence the median and the
+  limit, until the model is lost by round 3 (median norm 1.9 -> 2e7). Clipped to the median it
+  stays bounded, but it still moves the model: ``"reject"`` is the default.
 - ``"off"``: norms are recorded, nothing is screened.
 
 The median is the *lower* median of the validated uploads' norms (the ``ceil(M/2)``-th smallest),
@@ -78,7 +83,8 @@ def screen_updates(trust: TrustConfig, base: Component, server: State, result: P
                    r: int) -> dict[str, Any] | None:
     """Record the update norm of every validated training reply in ``result`` and screen them as
     ``trust.screen`` says (module docstring); ``result`` is changed in place: a rejected reply moves
-    from ``replies`` to ``rejected`` with its reason, a clipped one has its ``base`` part replaced.
+    from ``replies`` to ``rejected`` with its reason, a clipped one has its ``base`` part replaced
+    by one whose update norm is the median.
 
     Returns:
         The round record's ``updates`` entry: ``norm`` (client id -> norm), ``median`` and, with
@@ -105,7 +111,7 @@ def screen_updates(trust: TrustConfig, base: Component, server: State, result: P
                 f"trust.screen_multiple={trust.screen_multiple:g} (limit {limit:.4g})")})
         else:
             sent = base.downlink(server, cid, "train")
-            clipped = clip_update(reply.message[base.name], sent, limit)[0]
+            clipped = clip_update(reply.message[base.name], sent, median)[0]
             result.replies[cid] = replace(reply, message={**reply.message, base.name: clipped})
     if over and trust.screen == "clip":
         record["clipped"] = over

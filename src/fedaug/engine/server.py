@@ -36,7 +36,7 @@ from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
 from fedaug.engine.fleet import METERS, Fleet
 from fedaug.engine.progress import Progress
-from fedaug.engine.records import RunDir
+from fedaug.engine.records import CHECKPOINT_FORMAT, RunDir, checkpoint_problem
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
 from fedaug.engine.screen import check_trust, screen_updates
 from fedaug.methods.component import Phase, State, Uplink
@@ -44,7 +44,6 @@ from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
 from fedaug.privacy.accountant import run_accountant
 
-CHECKPOINT_FORMAT = 1
 #: what a resume compares between the checkpoint and this process (:meth:`Simulation.restore` warns on a change)
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
@@ -315,8 +314,9 @@ class Server:
         rest of the run computes with other float32 kernels (and CUDA generators draw other numbers
         than the CPU's), so it is another sample of the experiment, not the numbers the uninterrupted
         run would have given (docs/engine.md)."""
-        if payload.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        problem = checkpoint_problem(payload)
+        if problem:
+            raise CheckpointError(f"not a fedaug checkpoint: {problem}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
             same = _experiment(parse_config(payload["config"])) == _experiment(self.cfg)
         except (ConfigError, TypeError, AttributeError):
