@@ -248,6 +248,19 @@ def test_a_misspelt_max_abs_parts_name_is_refused_with_a_suggestion(tmp_path, ca
         "would bound nothing; choose from fedavg, meters (did you mean 'fedavg'?)")
 
 
+@pytest.mark.parametrize("attack, caught", [
+    ({"kind": "gaussian"}, True),                   # noise of std 1 per coordinate: 23 x the median here
+    ({"kind": "scale", "scale": 100.0}, True),      # 36 x
+    ({"kind": "scale"}, False),                     # x10 of the parameters' update: 3.7 x, under the limit
+    ({"kind": "sign_flip"}, False),                 # an honest norm: a robust rule's job (docs/engine.md)
+])
+def test_what_the_default_screening_catches_and_what_it_cannot_see(attack, caught):
+    raw = fill_raw(None)
+    raw["attack"] = {**attack, "clients": [1]}
+    rec = build_simulation(validate(raw)).run_round(1)
+    assert [x["client"] for x in rec["rejected"]] == ([1] if caught else [])
+
+
 def test_the_update_norms_of_an_honest_round_are_far_under_the_default_limit():
     rec = build_simulation(validate(tiny_raw(**LEARNS))).run_round(1)
     norms = rec["updates"]["norm"].values()
