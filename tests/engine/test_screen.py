@@ -246,6 +246,7 @@ def test_a_misspelt_max_abs_parts_name_is_refused_with_a_suggestion(tmp_path, ca
     assert capsys.readouterr().err.strip() == (
         "fedaug: error: trust.max_abs_parts names 'fedavgg', which is not a part of this method's messages, so it "
         "would bound nothing; choose from fedavg, meters (did you mean 'fedavg'?)")
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []  # no run directory was made
 
 
 @pytest.mark.parametrize("attack, caught", [
