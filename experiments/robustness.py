@@ -93,50 +93,78 @@ AS_NAN_KINDS = ("inf",)
 SHARED_KINDS = ("stats", "features")
 #: attackers column -> attack.fraction
 ATTACKERS = {"1": 1 / NUM_CLIENTS, "25 %": 0.25}
+#: every grid measures the server rules alone: the update screening (``trust.screen``, issue 41, on by
+#: default since) is off, as it was (it did not exist) when the first table was measured; the in-bound
+#: grid (:data:`INBOUND_GRID`) turns it on per setting
 COMMON = {"model": {"name": "small_cnn", "options": {"width": 16}},
           "train": {"rounds": 20, "batch_size": 16}, "eval": {"every": 10},
-          "checkpoint_every": 10, "threads": 1}
+          "checkpoint_every": 10, "threads": 1, "trust": {"screen": "off"}}
 NO_ATTACK = ("none", "0")
 #: the runs that stopped with an error (every upload of a round rejected: the attack broke the
 #: federation), one file per grid; a later ``run`` retries them and records them again
 COLLAPSED = "collapsed.json"
 #: the grid of FedFA's direct variant (:data:`DIRECT`), tabulated apart by :func:`direct_table`
 DIRECT_GRID = "robustness-stats-direct"
+#: the in-bound scaling attack (issue 41): one attacker sends half of ``trust.max_abs`` (5e5) in every
+#: weight of its upload (``attack.kind = "fill"``), which passes the magnitude bound; each rule alone
+#: (screening off) and FedAvg under the update screening (``trust.screen``), FedAvg column only;
+#: tabulated apart by :func:`inbound_table`
+INBOUND_GRID = "robustness-inbound"
+INBOUND_RULES: dict[str, list[str]] = {"off": ["fedavg", "median", "trimmed_mean", "krum"],
+                                       "reject": ["fedavg"], "clip": ["fedavg"]}
 
 
 def setting_label(dataset: str, rule: str, kind: str, attackers: str) -> str:
     return f"{dataset} | {rule} | {kind} | {attackers}"
 
 
+def setting_of(dataset: str, rule: str, kind: str, count: str) -> dict[str, Any]:
+    """One (dataset, rule, kind, attackers) setting as a partial config."""
+    attack = {"kind": kind} if kind == "none" else {"kind": kind, "fraction": ATTACKERS[count]}
+    method = {"base": rule, **({"options": {rule: RULE_OPTIONS[rule]}} if rule in RULE_OPTIONS else {})}
+    return {"data": DATASETS[dataset], "train": BUDGETS[dataset], "method": method, "attack": attack}
+
+
 def settings_of(rules: list[str], kinds: tuple[str, ...], with_baseline: bool) -> dict[str, dict[str, Any]]:
     """Every (dataset, rule, kind, attackers) setting as a partial config."""
     out = {}
-    for dataset, data in DATASETS.items():
+    for dataset in DATASETS:
         for rule in rules:
             cells = [NO_ATTACK] if with_baseline else []
             cells += [(kind, count) for kind in kinds for count in ATTACKERS
                       if rule == "fedavg" or kind not in AS_NAN_KINDS]
             for kind, count in cells:
-                attack = {"kind": kind} if kind == "none" else {"kind": kind, "fraction": ATTACKERS[count]}
-                method = {"base": rule, **({"options": {rule: RULE_OPTIONS[rule]}} if rule in RULE_OPTIONS else {})}
-                out[setting_label(dataset, rule, kind, count)] = {"data": data, "train": BUDGETS[dataset],
-                                                                  "method": method, "attack": attack}
+                out[setting_label(dataset, rule, kind, count)] = setting_of(dataset, rule, kind, count)
     return out
+
+
+def inbound_label(dataset: str, rule: str, screen: str, kind: str) -> str:
+    return f"{dataset} | {rule} | screen={screen} | {kind}"
+
+
+def inbound_settings() -> dict[str, dict[str, Any]]:
+    """The :data:`INBOUND_GRID` settings: each (dataset, screening, rule) without attack and with one
+    ``fill`` attacker."""
+    return {inbound_label(dataset, rule, screen, kind): {**setting_of(dataset, rule, kind, count),
+                                                          "trust": {"screen": screen}}
+            for dataset in DATASETS for screen, rules in INBOUND_RULES.items() for rule in rules
+            for kind, count in (NO_ATTACK, ("fill", "1"))}
 
 
 def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
     """The grids (see the module docstring), checked (unknown rules are refused here)."""
     def spec(name: str, kinds: tuple[str, ...], methods: list[str], baseline: bool,
-             on: list[str] = rules) -> GridSpec:
+             on: list[str] = rules, settings: dict[str, dict[str, Any]] | None = None) -> GridSpec:
         return parse_grid({"description": "robustness to attacking clients (experiments/robustness.py)",
                            "kind": "stand-in", "base": "digits4", "seeds": seeds, "common": COMMON,
-                           "settings": settings_of(on, kinds, baseline),
+                           "settings": settings if settings is not None else settings_of(on, kinds, baseline),
                            "methods": {m: {**COLUMNS, **DIRECT}[m] for m in methods}}, name)
     return {"robustness": spec("robustness", MODEL_KINDS, list(METHODS), True),
             **{f"robustness-{kind}": spec(f"robustness-{kind}", (kind,), SHARED_COLUMNS[kind], False)
                for kind in SHARED_KINDS},
             "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True),
-            DIRECT_GRID: spec(DIRECT_GRID, ("stats",), list(DIRECT), True, ["fedavg"])}
+            DIRECT_GRID: spec(DIRECT_GRID, ("stats",), list(DIRECT), True, ["fedavg"]),
+            INBOUND_GRID: spec(INBOUND_GRID, (), ["FedAvg"], True, settings=inbound_settings())}
 
 
 def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) -> GridSpec | None:
@@ -151,9 +179,9 @@ def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) ->
 
 
 def run(out: Path, rules: list[str], seeds: list[int], jobs: int, only: list[str] | None,
-        methods: list[str] | None) -> None:
+        methods: list[str] | None, names: list[str] | None = None) -> None:
     for name, spec in grids(rules, seeds).items():
-        part = subset(spec, only, methods)
+        part = subset(spec, only, methods) if names is None or name in names else None
         if part is None:
             continue
         try:
@@ -216,7 +244,7 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     broken: dict[tuple[str, str], int] = {}  # (setting, method) -> collapsed seeds
     for name, spec in grids(rules, seeds).items():
-        if name != DIRECT_GRID and (out / name).is_dir():
+        if name not in (DIRECT_GRID, INBOUND_GRID) and (out / name).is_dir():
             settings, counts = finished(out, spec, seeds)
             for setting, s in settings.items():
                 rows.setdefault(setting, {}).update(s["methods"])
@@ -266,6 +294,28 @@ def direct_table(out: Path, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def inbound_table(out: Path, seeds: list[int]) -> str:
+    """The Markdown table of the :data:`INBOUND_GRID` grid: FedAvg's final accuracy under one ``fill``
+    attacker, each rule alone and FedAvg under the update screening."""
+    spec = grids(["fedavg"], seeds)[INBOUND_GRID]
+    if not (out / spec.name).is_dir():
+        return ""
+    rows, broken = finished(out, spec, seeds)
+    lines = ["| dataset | server rule | update screening | no attack | one attacker, 5e5 in every weight |",
+             "|---|---|---|---:|---:|"]
+    for dataset in DATASETS:
+        for screen, rules in INBOUND_RULES.items():
+            for rule in rules:
+                texts, clean = [], None
+                for kind in ("none", "fill"):
+                    label = inbound_label(dataset, rule, screen, kind)
+                    stat = rows.get(label, {"methods": {}})["methods"].get("FedAvg", {"n": 0})
+                    texts.append(_cell(stat, clean, len(seeds), broken.get((label, "FedAvg"), 0)))
+                    clean = stat["final"]["mean"] if stat["n"] else None
+                lines.append(f"| {dataset} | {rule} | {screen} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -280,11 +330,14 @@ def main() -> None:
             p.add_argument("--only", nargs="+", default=None, metavar="SETTING",
                            help='settings to run, e.g. "Digits-4 | fedavg | sign_flip | 1" (default: all)')
             p.add_argument("--methods", nargs="+", default=None, choices=[*COLUMNS, *DIRECT])
+            p.add_argument("--grids", nargs="+", default=None, metavar="GRID",
+                           help=f"run these grids only (default: all), e.g. {INBOUND_GRID}")
     args = parser.parse_args()
     if args.cmd == "run":
         configure_process(1)  # a script is a process entry point; the cells set their own threads
-        run(args.out, args.rules, args.seeds, args.jobs, args.only, args.methods)
-    text = table(args.out, args.rules, args.seeds) + "\n\n" + direct_table(args.out, args.seeds)
+        run(args.out, args.rules, args.seeds, args.jobs, args.only, args.methods, args.grids)
+    text = "\n\n".join([table(args.out, args.rules, args.seeds), direct_table(args.out, args.seeds),
+                        inbound_table(args.out, args.seeds)])
     atomic_write_text(args.out / "robustness.md", text + "\n")
     print(text)
     print("\nfinal mean client test accuracy (%), mean ± std over seeds (change from the same method without "

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import csv
 import pickle
+import re
+import struct
 import wave
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +104,31 @@ def test_fedbn_layouts(tmp_path: Path, name: str, prefix: str, sites: tuple, cla
     (tmp_path / prefix / f"{sites[1]}_test.pkl").unlink()
     with pytest.raises(DataError, match=rf"(?s){sites[1]}_test.pkl' is missing.*Expected layout.*_train.pkl"):
         load_dataset(name, seed=0, root=str(tmp_path), size=16)
+
+
+def png_bomb(path: Path, side: int = 20_000) -> None:
+    """A real decompression bomb: a 1-bit PNG of ``side`` x ``side`` zero pixels (400 M pixels for the
+    default, over twice Pillow's ``MAX_IMAGE_PIXELS``), a few tens of kB on disk."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    z = zlib.compressobj(9)
+    row = bytes(1 + side // 8)  # filter byte 0, then the row's bits
+    idat = b"".join(z.compress(row) for _ in range(side)) + z.flush()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0))
+                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_a_decompression_bomb_in_a_local_image_directory_is_a_data_error_naming_the_file(tmp_path: Path) -> None:
+    classes = ("back_pack", "bike", "mug")
+    write_fedbn(tmp_path, "office_caltech_10", ("amazon",), classes)
+    bomb = tmp_path / "office_caltech_10" / "amazon" / "bike" / "train1.jpg"  # listed in amazon_train.pkl
+    png_bomb(bomb)
+    assert bomb.stat().st_size < 200_000
+    with pytest.raises(DataError, match=rf"office_caltech10: image '{re.escape(str(bomb))}' listed in "
+                                        r"'amazon_train.pkl' was refused as a possible decompression bomb \(Image "
+                                        r"size \(400000000 pixels\) exceeds limit"):
+        load_dataset("office_caltech10", seed=0, root=str(tmp_path), sites=["amazon"], size=16)
 
 
 def test_uci_har(tmp_path: Path) -> None:

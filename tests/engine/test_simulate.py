@@ -133,11 +133,22 @@ def test_nan_upload_is_rejected_with_reason_and_round_goes_on(tiny_cfg):
     assert all(torch.isfinite(v).all() for v in sim.server["fedavg"]["weights"].values() if v.is_floating_point())
 
 
-def test_too_few_valid_uploads_fails_loudly(tiny_cfg):
-    tiny_cfg.train.min_clients = 3
+def test_too_few_valid_uploads_fails_loudly_when_asked_to_stop(tiny_cfg):
+    tiny_cfg.train.min_clients, tiny_cfg.train.on_empty_round = 3, "stop"
     sim = simulation_with(tiny_cfg, NaNForClient(victim=0))
     with pytest.raises(FedaugError, match=r"only 2 of 3 uploads .*min_clients=3"):
         sim.run_round(1)
+
+
+def test_too_few_valid_uploads_keep_the_previous_state_by_default_and_the_round_says_so(tiny_cfg):
+    tiny_cfg.train.min_clients = 3
+    sim = simulation_with(tiny_cfg, NaNForClient(victim=0))
+    before = {k: v.clone() for k, v in sim.server["fedavg"]["weights"].items()}
+    rec = sim.run_round(1)
+    assert rec["aggregate"] == [{"phase": "train", "kept": "previous", "reason": (
+        "round 1: only 2 of 3 uploads passed validation, fewer than train.min_clients=3")}]
+    assert [x["client"] for x in rec["rejected"]] == [0] and sorted(rec["train"]["clients"]) == ["1", "2"]
+    assert all(torch.equal(sim.server["fedavg"]["weights"][k], v) for k, v in before.items())
 
 
 class Recorder(Component):

@@ -124,6 +124,7 @@ def test_an_unexpected_part_is_rejected(tmp_path):
 def test_a_per_part_bound_replaces_max_abs(tmp_path):
     raw = attack_raw(ATTACKS["fedavg weights of 1e30"])
     raw["trust"] = {"max_abs": 1e6, "max_abs_parts": {"fedavg": 1e-3}}  # no honest weight fits
+    raw["train"]["on_empty_round"] = "stop"
     with pytest.raises(Exception, match=r"only 0 of 3 uploads passed validation.*over the bound 0.001"):
         build_simulation(validate(raw)).run_round(1)
 

@@ -15,7 +15,15 @@ def test_grid_sizes_and_shape():
     specs = rob.grids(RULES, [0, 1, 2])
     runs = {name: len(s.settings) * len(s.methods) * len(s.seeds) for name, s in specs.items()}
     assert runs == {"robustness": 828, "robustness-stats": 96, "robustness-features": 96, "robustness-stats-clean": 24,
-                    "robustness-stats-direct": 36}
+                    "robustness-stats-direct": 36, "robustness-inbound": 72}
+    assert all(s.common["trust"] == {"screen": "off"} for s in specs.values())  # the rules alone ...
+    inbound = specs["robustness-inbound"].settings  # ... but where the in-bound grid turns the screening on
+    assert [k for k in inbound if k.startswith("Digits-4")] == [
+        f"Digits-4 | {rule} | screen={screen} | {kind}" for screen, rule in
+        [("off", "fedavg"), ("off", "median"), ("off", "trimmed_mean"), ("off", "krum"), ("reject", "fedavg"),
+         ("clip", "fedavg")] for kind in ("none", "fill")]
+    cell = inbound["Digits-4 | fedavg | screen=clip | fill"]
+    assert cell["trust"] == {"screen": "clip"} and cell["attack"] == {"kind": "fill", "fraction": 1 / 8}
     direct = specs["robustness-stats-direct"]
     assert list(direct.settings) == [f"{d} | fedavg | {k}" for d in rob.DATASETS
                                      for k in ("none | 0", "stats | 1", "stats | 25 %")]

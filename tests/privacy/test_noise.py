@@ -36,6 +36,17 @@ def test_noise_standard_deviation(scale, expected):
     assert t.shape == noise.shape
 
 
+@pytest.mark.parametrize("value", [4.0, -4.0])
+@pytest.mark.parametrize("shape", [(1,), (1, 1), ()])
+def test_relative_noise_on_a_single_value_is_relative_to_its_magnitude(value, shape):
+    """A one-element tensor has no spread: relative noise scales with |t| (issue 41), not absolute noise."""
+    t = torch.full(shape, value)
+    z = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+    out = add_gaussian_noise(t, 0.5, torch.Generator().manual_seed(5), scale="relative")
+    assert torch.allclose(out - t, 0.5 * abs(value) * z)
+    assert torch.allclose(add_gaussian_noise(t, 0.5, torch.Generator().manual_seed(5)) - t, 0.5 * z)
+
+
 def test_bad_arguments_are_value_errors():
     """Components' options are ConfigErrors (below); the helper itself refuses bad arguments."""
     with pytest.raises(ValueError, match=r"std >= 0 and scale in \('absolute', 'relative'\), got -1.0"):

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from fedaug.core.errors import ConfigError
-from fedaug.report.results import Run, load_results, summarize
+from fedaug.report.results import Run, load_results, summarize, summarize_cell
 from fedaug.report.table import comparison_csv, comparison_tables, overview_table, results_table, write_tables
 from fedaug.report.document import to_markdown
 
@@ -154,6 +154,21 @@ def test_per_client_columns_follow_client_ids_not_string_order():
     run = Run(path=None, setting="default", method="m", seed=0, config={}, summary=summary, rounds=[])
     scores = run.client_scores("final")
     assert list(scores) == names and scores["client-10"] == 0.10
+
+
+def test_a_client_without_an_accepted_final_evaluation_scores_nan_and_the_cell_still_summarizes():
+    """A run that went on with a poisoned model (issue 41: the round kept the previous state) may end
+    with some clients' evaluations rejected: their score is NaN, the others' are kept."""
+    names = ["a", "b"]
+    def run(seed, stored):
+        summary = {"metric": "acc", "clients": names, "final": {"eval": {"clients": stored, "mean": {"test_acc": 0.5}}},
+                   "best": {"eval": {"clients": stored, "mean": {"test_acc": 0.5}}}}
+        return Run(path=None, setting="default", method="m", seed=seed, config={}, summary=summary,
+                   rounds=[{"round": 1, "comm": {"down_total": 1, "up_total": 1}, "time": {"train_s": 1.0}}])
+    partial = run(0, {"b": {"test": {"acc": 0.4}}})
+    assert list(partial.client_scores("final")) == names and math.isnan(partial.client_scores("final")["a"])
+    cell = summarize_cell([run(1, {n: {"test": {"acc": 0.6}} for n in names}), partial], None)
+    assert cell["clients_final"]["b"]["values"] == [0.6, 0.4] and math.isnan(cell["clients_final"]["a"]["mean"])
 
 
 def test_overview_has_a_row_per_setting_and_a_column_per_method():

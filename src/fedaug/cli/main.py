@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
@@ -46,11 +48,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fedaug: warning: {RETIRED_ENV} is no longer read and changes nothing; the FFA layers' path is "
               "the config option method.options.fedfa.kernel (or vfda.kernel): \"off\" (default) or \"on\"",
               file=sys.stderr)
+    in_main = threading.current_thread() is threading.main_thread()  # only there may a handler be set
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
         return args.func(args)
     except FedaugError as exc:
         print(f"fedaug: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("fedaug: interrupted; continue with 'fedaug resume <run dir>'", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        run_dir = getattr(exc, "run_dir", None)
+        print(f"fedaug: {what}; " + (f"the run is saved up to its last checkpoint: continue with 'fedaug resume "
+                                     f"{run_dir}'" if run_dir else "nothing that was written is lost: run the "
+                                     "command again (or 'fedaug resume RUN_DIR' for a run it had started)"),
+              file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C: run locks released,
+    records and checkpoints as they were last written."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()

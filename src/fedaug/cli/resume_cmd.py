@@ -1,4 +1,5 @@
-"""``fedaug resume <run dir>``: finish an interrupted run from its newest checkpoint."""
+"""``fedaug resume <run dir> [--from-round K]``: finish an interrupted run from its newest checkpoint
+(or from the checkpoint of round K)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 
 from fedaug.cli.run_cmd import add_output_flags, finish
 from fedaug.config.load import parse_config, read_toml
+from fedaug.core.errors import CheckpointError
 from fedaug.core.runtime import configure_process
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.simulate import resume_experiment
@@ -20,6 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                     "on the run's own device; the resume warns that the device moved")
     p.add_argument("--workers", type=int, help="train the remaining rounds' clients on this many worker processes "
                                                "(the numbers do not change: docs/engine.md, 'Workers')")
+    p.add_argument("--from-round", type=int, metavar="K", dest="from_round",
+                   help="continue from the checkpoint of round K instead of the newest (0: from the start); later "
+                        "checkpoints are deleted and later records moved to metrics.aside.jsonl, e.g. to go back "
+                        "before a round whose global state no client can train from")
     add_output_flags(p)
     p.set_defaults(func=main)
 
@@ -27,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def main(args: argparse.Namespace) -> int:
     cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
+    if args.from_round is not None and args.from_round < 0:
+        raise CheckpointError(f"--from-round must be a round >= 0, got {args.from_round}")
     summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
-                                         workers=args.workers)
+                                         from_round=args.from_round, workers=args.workers)
     return finish(summary, run_dir, args.format)

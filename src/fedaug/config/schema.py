@@ -70,6 +70,9 @@ class TrainConfig:
     lr_step_rounds: int = opt(10, "rounds between decays (step schedule)", lo=1)
     lr_min: float = opt(0.0, "floor of the learning rate (exponential, cosine)", lo=0.0)
     min_clients: int = opt(1, "fewest valid uploads a round needs to aggregate", lo=1)
+    on_empty_round: str = opt("keep", "a round with fewer than min_clients valid uploads: keep the previous global "
+                                      "state and go on (the round record says so under 'aggregate'), or stop the "
+                                      "run with the reasons", choices=("keep", "stop"))
 
 
 @dataclass
@@ -77,6 +80,10 @@ class EvalConfig:
     every: int = opt(1, "evaluate the global model every N rounds (and after the last)", lo=1)
     batch_size: int = opt(256, "evaluation batch size", lo=1)
     best_by: str = opt("val", "split whose mean client accuracy picks the best round", choices=("val", "test"))
+
+
+#: ``trust.screen_multiple``'s default: honest uploads stay far below it (docs/engine.md, "The trust boundary")
+SCREEN_MULTIPLE = 10.0
 
 
 @dataclass
@@ -87,6 +94,11 @@ class TrustConfig:
                                               "name (or 'meters'), e.g. {fedavg = 100.0}")
     max_num_train: int = opt(10**9, "largest training-set size a SuperNode may report (its aggregation weight)",
                              lo=1)
+    screen: str = opt("reject", "a training upload whose update norm exceeds screen_multiple times the round's "
+                                "median: rejected, clipped to the median norm, or let through (norms are recorded "
+                                "either way; docs/engine.md, 'The trust boundary')", choices=("reject", "clip", "off"))
+    screen_multiple: float = opt(SCREEN_MULTIPLE, "the limit of an upload's update norm, as a multiple of the round's "
+                                                  "median update norm", lo=1.0, lo_open=True)
 
     def bound(self, part: str) -> float | None:
         """The magnitude bound of ``part``, a component's name; evaluation ``meters`` (sums of losses
@@ -98,9 +110,9 @@ class TrustConfig:
 
 
 #: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.attack`)
-ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "nan", "inf", "label_flip", "stats", "features")
+ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "fill", "nan", "inf", "label_flip", "stats", "features")
 #: the kinds that read ``attack.scale``, and ``attack.std``
-SCALED_KINDS, NOISE_KINDS = ("scale", "stats", "features"), ("gaussian",)
+SCALED_KINDS, NOISE_KINDS = ("scale", "fill", "stats", "features"), ("gaussian",)
 
 
 @dataclass
@@ -111,8 +123,9 @@ class AttackConfig:
     fraction: float = opt(None, "fraction of the federation that attacks, chosen from the seed (or set clients)",
                           lo=0.0, hi=1.0, nullable=True)
     start_round: int = opt(1, "first round in which the attackers attack", lo=1)
-    scale: float = opt(None, "scale: factor of the update (default 10); stats: factor of spreads and shift of "
-                             "means (default 1e4); features: noise std over the rows' std (default 1)", nullable=True)
+    scale: float = opt(None, "scale: factor of the update (default 10); fill: the value sent (default half the "
+                             "part's trust bound); stats: factor of spreads and shift of means (default 1e4); "
+                             "features: noise std over the rows' std (default 1)", nullable=True)
     std: float = opt(None, "gaussian: std of the noise update per coordinate (default 1)", lo=0.0, lo_open=True,
                      nullable=True)
     parts: list[str] = opt([], "component names whose parts the attack changes (default: the server rule's for "

@@ -42,6 +42,11 @@ class CheckpointError(FedaugError, OSError):
     """A run directory or checkpoint cannot be read (missing, truncated or corrupted)."""
 
 
+class StorageError(FedaugError, OSError):
+    """A run directory cannot be written (a full disk, a quota, a read-only file system); what was
+    written before stays intact and the run resumes once the cause is fixed."""
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

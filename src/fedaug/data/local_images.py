@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedaug.core.errors import DataError
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.fashion_mnist import read_idx
@@ -145,6 +146,10 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
         try:
             with Image.open(root / str(p)) as im:
                 img = torch.from_numpy(np.asarray(im.convert("RGB"), np.uint8).copy()).permute(2, 0, 1)
+        except Image.DecompressionBombError as exc:
+            raise DataError(f"{dataset}: image '{root / str(p)}' listed in '{path.name}' was refused as a possible "
+                            f"decompression bomb ({exc}); remove it from the split file, or raise "
+                            "PIL.Image.MAX_IMAGE_PIXELS if the image is genuine") from None
         except OSError as exc:
             raise layout_error(dataset, root, f"image '{p}' listed in '{path.name}' cannot be read ({exc})",
                                layout) from None

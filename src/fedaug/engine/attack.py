@@ -15,6 +15,8 @@ computed itself):
 - ``sign_flip``: ``2 w_g - w_k`` (its update ``w_k - w_g`` negated);
 - ``scale``: ``w_g + s (w_k - w_g)``;
 - ``gaussian``: ``w_g + N(0, std^2)`` per coordinate (an update of pure noise);
+- ``fill``: every value ``s``, buffers included (default ``s``: half the part's magnitude bound,
+  ``trust.max_abs``, so the upload passes it: the in-bound scaling attack of issue 41);
 - ``nan`` / ``inf``: every value NaN / +inf (the trust boundary rejects the reply);
 - ``stats``: a tensor whose last dotted name segment contains ``std`` or ``var`` (a spread) times
   ``s``; one whose last segment contains ``mean`` plus ``s``; others unchanged;
@@ -52,7 +54,7 @@ from fedaug.metrics.tasks import Task
 from fedaug.privacy.noise import add_gaussian_noise
 
 #: kinds that change the server rule's part by default: the model update
-UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf")
+UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "fill", "nan", "inf")
 #: kinds that change every other component's part by default: what augmentations share
 SHARED_KINDS = ("stats", "features")
 #: update kinds that keep an attacked upload valid: they leave the model's buffers as trained (:class:`Attack`)
@@ -147,6 +149,8 @@ def poison_tensor(kind: str, key: str, t: Tensor, received: Tensor | None, g: to
         return torch.full_like(t, math.nan)
     if kind == "inf":
         return torch.full_like(t, math.inf)
+    if kind == "fill":
+        return torch.full_like(t, scale)
     if kind == "stats":
         segment = key.rsplit(".", 1)[-1].lower()
         if any(s in segment for s in SPREADS):
@@ -211,7 +215,15 @@ class Attack:
         self.clients = frozenset(check_attack(cfg, recipe, num_clients, task.name))
         self.parts: Sequence[str] = attacked_parts(cfg.attack, recipe)
         self.scale = cfg.attack.scale if cfg.attack.scale is not None else DEFAULT_SCALE.get(cfg.attack.kind, 1.0)
+        self.trust = cfg.trust
         self.std = cfg.attack.std if cfg.attack.std is not None else DEFAULT_STD
+
+    def _scale(self, part: str) -> float:
+        """``attack.scale`` for ``part``; for ``fill`` without it, half the part's magnitude bound
+        (``trust.max_abs_parts``, else ``trust.max_abs``)."""
+        if self.cfg.kind != "fill" or self.cfg.scale is not None:
+            return self.scale
+        return 0.5 * float(self.trust.max_abs_parts.get(part, self.trust.max_abs))
 
     def active(self, client_id: int, r: int) -> bool:
         """Whether ``client_id`` attacks in round ``r``."""
@@ -238,5 +250,5 @@ class Attack:
             if message.get(name):
                 g = generator(self.seed, "attack", r, client_id, phase, name)
                 message[name] = poison_part(self.cfg.kind, message[name], received.get(name, {}), g,
-                                            scale=self.scale, std=self.std, keep=self.buffers)
+                                            scale=self._scale(name), std=self.std, keep=self.buffers)
         return Reply(message, reply.metrics, reply.state)

@@ -108,6 +108,9 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         if isinstance(answer, Malformed) or not isinstance(answer.message, Mapping):
             reason = answer.reason if isinstance(answer, Malformed) else "its message is not a dict of parts"
             out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": f"{where}: {reason}"})
+            for name, nbytes in (answer.nbytes if isinstance(answer, Malformed) else {}).items():
+                if name in out.up:
+                    out.up[name] += nbytes
             continue
         for name in reply_specs:
             part = answer.message.get(name, {})

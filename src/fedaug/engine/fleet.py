@@ -60,9 +60,11 @@ class Dropped:
 @dataclass(frozen=True)
 class Malformed:
     """A client's answer that could not be read as a :class:`Reply` (a Flower reply without its
-    records, a value of the wrong type): the exchange rejects it with ``reason``."""
+    records, a value of the wrong type): the exchange rejects it with ``reason``, counting as uplink
+    the bytes ``nbytes`` of each message part it carried (as far as they could be read)."""
 
     reason: str
+    nbytes: dict[str, int] = field(default_factory=dict)
 
 
 #: what a fleet yields for one client in one phase

@@ -8,19 +8,22 @@ the temporary files a killed writer left. Readers (reports, ``fedaug compare``) 
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
 import re
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import RunConfig
-from fedaug.core.errors import CheckpointError
+from fedaug.core.errors import CheckpointError, FedaugError, StorageError
 from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
                                    save_tensors, to_json)
 from fedaug.engine.runlock import RunLock
@@ -31,6 +34,20 @@ METRICS_GZ = METRICS + ".gz"
 #: where a resume keeps the ``metrics.jsonl`` lines it does not carry on (one JSON object per line)
 ASIDE = "metrics.aside.jsonl"
 _CKPT = re.compile(r"round_(\d{6})\.pt$")
+#: the layout version of a checkpoint (:meth:`fedaug.engine.server.Server.checkpoint`) and the keys it holds
+CHECKPOINT_FORMAT = 1
+CHECKPOINT_KEYS = ("format", "round", "config", "server", "clients", "best", "last_eval", "comm_total")
+
+
+def checkpoint_problem(payload: object) -> str | None:
+    """Why ``payload`` is not a checkpoint this fedaug writes (``None`` when it is one): not a dict,
+    another ``format``, or a dict without one of :data:`CHECKPOINT_KEYS`."""
+    if not isinstance(payload, dict):
+        return f"it holds a {type(payload).__name__}, not a dict"
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        return f"its format is {payload.get('format')!r}, not {CHECKPOINT_FORMAT}"
+    missing = [k for k in CHECKPOINT_KEYS if k not in payload]
+    return f"it lacks {', '.join(map(repr, missing))}" if missing else None
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -76,6 +93,20 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                              "text": lines[earlier - 1].decode("utf-8", "backslashreplace")})
         by_round[r] = number, rec
     return [by_round[r][1] for r in sorted(by_round)], sorted(left_out, key=lambda e: e["line"])
+
+
+def _load_checkpoint(path: Path, fix: str) -> dict[str, Any]:
+    """The payload of the checkpoint at ``path`` (:func:`~fedaug.core.serialize.load_tensors`).
+
+    Raises:
+        CheckpointError: it is unreadable, or not a checkpoint this fedaug writes
+            (:func:`checkpoint_problem`); the message names it and ends with ``fix``.
+    """
+    payload = load_tensors(path, fix=fix)
+    problem = checkpoint_problem(payload)
+    if problem:
+        raise CheckpointError(f"checkpoint '{path}' is not a fedaug checkpoint ({problem}); {fix}")
+    return payload
 
 
 def _spans(rounds: list[int]) -> str:
@@ -170,19 +201,48 @@ class RunDir:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if isinstance(exc, KeyboardInterrupt) and not hasattr(exc, "run_dir"):
+            exc.run_dir = str(self.path)  # type: ignore[attr-defined]  # the CLI names it: 'fedaug resume <it>'
         self.close()
+
+    @contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """Turn an ``OSError`` of a write to ``path`` (a full disk, ``ENOSPC``) into one message.
+
+        Raises:
+            StorageError: naming ``path``, the cause, and that the run resumes once it is fixed
+                (every write is atomic or an fsynced append: what was written before is intact).
+        """
+        try:
+            yield
+        except FedaugError:
+            raise
+        except OSError as exc:
+            fix = "free space on its disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "fix that"
+            raise StorageError(
+                f"cannot write '{path}': {exc.strerror or exc}; the records and checkpoints written before are intact "
+                f"and the run is resumable: {fix}, then run 'fedaug resume {self.path}'") from None
+
+    def _append(self, name: str, lines: str) -> None:
+        """Append ``lines`` to the file ``name`` and fsync it."""
+        with self._writing(self.path / name), open(self.path / name, "a") as f:
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _replace(self, name: str, text: str) -> None:
+        """Write the file ``name`` atomically."""
+        with self._writing(self.path / name):
+            atomic_write_text(self.path / name, text)
 
     # --- config -------------------------------------------------------------------------------
     def write_config(self, cfg: RunConfig) -> None:
-        atomic_write_text(self.path / CONFIG, dump_toml(cfg.to_dict()))
+        self._replace(CONFIG, dump_toml(cfg.to_dict()))
 
     # --- per-round records --------------------------------------------------------------------
     def append_round(self, record: dict[str, Any]) -> None:
         """Append one strict JSON line (non-finite floats as ``null``) and fsync it."""
-        with open(self.path / METRICS, "a") as f:
-            f.write(to_json(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._append(METRICS, to_json(record) + "\n")
 
     def rounds(self) -> list[dict[str, Any]]:
         """One record per round, by round (:func:`read_records`): a line that cannot be read is
@@ -215,15 +275,16 @@ class RunDir:
                 f"record of round {_spans(missing)}, which the finished run would lack; {fix}, or restore the "
                 "missing records")
         if left_out:
-            with open(self.path / ASIDE, "a") as f:
-                f.write("".join(to_json({**e, "file": METRICS}) + "\n" for e in left_out))
-                f.flush()
-                os.fsync(f.fileno())
+            self._append(ASIDE, "".join(to_json({**e, "file": METRICS}) + "\n" for e in left_out))
             shown = [e for e in left_out if e["reason"] != "torn last line"]
             if shown:
                 warnings.warn(f"'{self.path / METRICS}': moved {_lines(shown)} to {ASIDE}; the valid records "
                               "around them are kept", stacklevel=2)
-        atomic_write_text(self.path / METRICS, "".join(to_json(r) + "\n" for r in records if r["round"] <= last))
+        self._keep_records(records, last)
+
+    def _keep_records(self, records: list[dict[str, Any]], last: int) -> None:
+        """Rewrite ``metrics.jsonl`` atomically with the ``records`` of rounds ``1..last``."""
+        self._replace(METRICS, "".join(to_json(r) + "\n" for r in records if r["round"] <= last))
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoints(self) -> list[tuple[int, Path]]:
@@ -234,7 +295,9 @@ class RunDir:
 
     def save_checkpoint(self, round: int, payload: dict[str, Any], keep: int) -> None:
         """Write ``checkpoints/round_XXXXXX.pt`` atomically, then delete all but the ``keep`` newest."""
-        save_tensors(self.path / CKPT_DIR / f"round_{round:06d}.pt", payload)
+        path = self.path / CKPT_DIR / f"round_{round:06d}.pt"
+        with self._writing(path):
+            save_tensors(path, payload)
         for _, old in self.checkpoints()[:-keep]:
             old.unlink()
 
@@ -250,14 +313,44 @@ class RunDir:
             return None
         fallback = (f"the previous checkpoint, {found[-2][1].name}" if len(found) > 1
                     else "round 1 (it is the only checkpoint)")
-        return load_tensors(found[-1][1], fix=f"delete it and resume again to continue from {fallback}")
+        return _load_checkpoint(found[-1][1], f"delete it and resume again to continue from {fallback}")
+
+    def rewind(self, round: int) -> dict[str, Any] | None:
+        """Go back to the end of ``round``: its checkpoint's payload (``None`` for round 0, the start);
+        every later checkpoint is deleted and the records of later rounds are moved to
+        ``metrics.aside.jsonl`` (reason ``"abandoned: resumed from round K"``), so a state that no
+        client can train from (docs/engine.md, "The trust boundary") is never the only way forward.
+        Nothing changes when the checkpoint cannot be loaded.
+
+        Raises:
+            CheckpointError: ``round`` has no checkpoint (the message lists the rounds that have one),
+                or it is unreadable or not a fedaug checkpoint.
+        """
+        found = dict(self.checkpoints())
+        if round and round not in found:
+            have = ", ".join(map(str, found)) or "none"
+            raise CheckpointError(
+                f"'{self.path}' has no checkpoint of round {round} (it keeps the newest keep_checkpoints; rounds with "
+                f"one: {have}); resume from one of them, or from round 0 to run it again from round 1")
+        payload = _load_checkpoint(found[round], "resume from another round") if round else None
+        records, _ = read_records(self.path / METRICS)
+        later = [r for r in records if r["round"] > round]
+        if later:
+            self._append(ASIDE, "".join(to_json({"round": r["round"], "reason": f"abandoned: resumed from round {round}",
+                                                 "file": METRICS, "record": r}) + "\n" for r in later))
+            self._keep_records(records, round)
+        for r, path in found.items():
+            if r > round:
+                path.unlink()
+        return payload
 
     # --- summary and report -------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_json(self.path / SUMMARY, summary)
+        with self._writing(self.path / SUMMARY):
+            atomic_write_json(self.path / SUMMARY, summary)
 
     def write_report(self, markdown: str) -> None:
-        atomic_write_text(self.path / REPORT, markdown)
+        self._replace(REPORT, markdown)
 
     def read_summary(self) -> dict[str, Any] | None:
         path = self.path / SUMMARY

@@ -35,14 +35,14 @@ from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
 from fedaug.engine.fleet import METERS, Fleet
 from fedaug.engine.progress import Progress
-from fedaug.engine.records import RunDir
+from fedaug.engine.records import CHECKPOINT_FORMAT, RunDir, checkpoint_problem
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
+from fedaug.engine.screen import check_trust, screen_updates
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
 from fedaug.privacy.accountant import run_accountant
 
-CHECKPOINT_FORMAT = 1
 #: what a resume compares between the checkpoint and this process (:meth:`Simulation.restore` warns on a change)
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
@@ -145,6 +145,7 @@ class Server:
         federation.check(cfg)
         #: the clients that attack (they do it themselves; the server only records it)
         self.attackers = check_attack(cfg, recipe, federation.num_clients, federation.task)
+        check_trust(cfg.trust, recipe)
         self.cfg, self.recipe, self.model, self.federation, self.fleet = cfg, recipe, model, federation, fleet
         self.device = module_device(model)
         self.task = make_task(federation.task, federation.num_classes)
@@ -198,27 +199,39 @@ class Server:
     def run_round(self, r: int) -> dict[str, Any]:
         """Sample, train the sampled clients, validate and aggregate their replies, run the
         post-aggregation query if a component replies in it; return the round record. Clients that
-        err or time out are recorded under ``dropped``, failed replies under ``rejected``; the round
-        goes on while at least ``train.min_clients`` training replies are valid. A round in which
-        sampled clients attack (``[attack]``) says so under ``attack``."""
+        err or time out are recorded under ``dropped``, failed replies under ``rejected`` (with the
+        training uploads screened against the round's update norms first, recorded under
+        ``updates``: :func:`~fedaug.engine.screen.screen_updates`). With fewer than
+        ``train.min_clients`` valid training replies the round keeps the previous global state
+        (``aggregate``: ``kept``) or, with ``train.on_empty_round = "stop"``, the run stops with the
+        reasons. A round in which sampled clients attack (``[attack]``) says so under ``attack``.
+
+        Raises:
+            FedaugError: too few valid uploads and ``train.on_empty_round = "stop"``."""
         cfg = self.cfg
         t0 = time.perf_counter()
         lr = learning_rate(cfg.train, r)
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
         train = self._exchange("train", r, lr, sampled)
+        base = self.recipe.base
+        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r)
         rejected, dropped = list(train.rejected), list(train.dropped)
-        if len(train.replies) < cfg.train.min_clients:
+        enough = len(train.replies) >= cfg.train.min_clients
+        if not enough:
             reasons = "; ".join([f"client {x['client']}: {x['reason']}" for x in rejected]
                                 + [f"client {x['client']} dropped ({x['reason']}: {x['detail']})" for x in dropped])
-            raise FedaugError(
-                f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
-                f"fewer than train.min_clients={cfg.train.min_clients} ({reasons})"
-            )
-        kept = [k for k in [self._aggregate("train", r, train)] if k]
+            short = (f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
+                     f"fewer than train.min_clients={cfg.train.min_clients}")
+            if cfg.train.on_empty_round == "stop":
+                raise FedaugError(f"{short} ({reasons}); train.on_empty_round='keep' keeps the previous global "
+                                  "state and goes on")
+            kept = [{"phase": "train", "kept": "previous", "reason": short}]
+        else:
+            kept = [k for k in [self._aggregate("train", r, train)] if k]
         order = sorted(train.replies)
         down, up = dict(train.down), dict(train.up)
         query = None
-        if any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
+        if enough and any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
             query = self._exchange("query", r, lr, order)  # e.g. FLea: features of the new global model
             kept += [k for k in [self._aggregate("query", r, query)] if k]
             for name, nbytes in query.down.items():
@@ -231,7 +244,7 @@ class Server:
         self.comm_total = {"down": self.comm_total["down"] + sum(down.values()),
                            "up": self.comm_total["up"] + sum(up.values())}
         metrics = {cid: train.replies[cid].metrics for cid in order}
-        losses = [metrics[cid]["loss"] for cid in order]
+        losses = [metrics[cid]["loss"] for cid in order] or [math.nan]  # no upload: no loss (null in the record)
         states = self.fleet.state_bytes()
         attacking = [cid for cid in sampled if cid in self.attackers] if r >= cfg.attack.start_round else []
         return {
@@ -241,6 +254,7 @@ class Server:
             "client_state": {"bytes": {str(cid): states[cid] for cid in order if cid in states},
                              "total_bytes": sum(states.values())},
             "time": {"train_s": time.perf_counter() - t0},
+            **({"updates": updates} if updates is not None else {}),
             **({"after_aggregate": self._query_record(query)} if query is not None else {}),
             **({"aggregate": kept} if kept else {}),
             **({"attack": {"kind": cfg.attack.kind, "clients": sorted(attacking)}} if attacking else {}),
@@ -303,8 +317,9 @@ class Server:
         rest of the run computes with other float32 kernels (and CUDA generators draw other numbers
         than the CPU's), so it is another sample of the experiment, not the numbers the uninterrupted
         run would have given (docs/engine.md)."""
-        if payload.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"checkpoint format {payload.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        problem = checkpoint_problem(payload)
+        if problem:
+            raise CheckpointError(f"not a fedaug checkpoint: {problem}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
             same = _experiment(parse_config(payload["config"])) == _experiment(self.cfg)
         except (ConfigError, TypeError, AttributeError):

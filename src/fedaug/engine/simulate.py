@@ -175,7 +175,8 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
-                      recipe: Recipe | None = None, workers: int | None = None) -> tuple[dict[str, Any], RunDir]:
+                      recipe: Recipe | None = None, workers: int | None = None,
+                      from_round: int | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -185,10 +186,14 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         recipe: the method, for a run started with one of your own (default: built from the config).
         workers: train the remaining rounds on this many worker processes (``None``: the run's own
             ``workers``); the numbers are the same.
+        from_round: continue from the checkpoint of this round instead of the newest (0: from
+            scratch); later checkpoints are deleted and later records moved aside
+            (:meth:`~fedaug.engine.records.RunDir.rewind`), e.g. to go back before a poisoned round.
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
-            is unreadable, or ``metrics.jsonl`` lacks a round the checkpoint covers.
+            (or that of ``from_round``) is missing, unreadable or not a fedaug checkpoint, or
+            ``metrics.jsonl`` lacks a round the checkpoint covers.
         ConfigError: the run's device is not on this machine (the message names ``--device``), or
             the run's recorded options (the FFA layers' ``kernel``) differ between its
             checkpoint and its ``config.toml``, or the run predates their record
@@ -196,7 +201,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
     """
     with RunDir.open(path, write=True) as run_dir:  # one writer: a second resume is refused
         stored = parse_config(read_toml(run_dir.path / CONFIG))
-        payload = run_dir.load_latest()
+        payload = run_dir.load_latest() if from_round is None else run_dir.rewind(from_round)
         cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
         if workers is not None:
             cfg = validate({**cfg.to_dict(), "workers": workers})

@@ -64,6 +64,35 @@ def clip_by_l2(tensors: Mapping[str, Tensor], max_norm: float) -> tuple[dict[str
     return {k: (t * factor).to(t.dtype) if t.is_floating_point() else t for k, t in tensors.items()}, norm
 
 
+def update_entries(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor]) -> list[str]:
+    """The keys of ``weights`` that make up an update ``weights - reference``: floating tensors with
+    a floating counterpart of the same shape in ``reference`` (a client's model weights against the
+    global ones it received; never a tensor it computed itself, such as a control variate)."""
+    return [k for k, t in weights.items() if t.is_floating_point() and isinstance(reference.get(k), Tensor)
+            and reference[k].is_floating_point() and reference[k].shape == t.shape]
+
+
+def clip_update(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor],
+                max_norm: float) -> tuple[dict[str, Tensor], float]:
+    """``reference + clip(weights - reference, max_norm)``: a client's weights with its update
+    Delta = w_k - w bounded to L2 norm ``max_norm`` over the :func:`update_entries` together
+    (DP-FedAvg's ``clip``, McMahan et al. 2018, arXiv:1710.06963, Alg. 1; :func:`clip_by_l2`).
+
+    Args:
+        weights: the client's ``{key: tensor}`` (any shapes); not modified.
+        reference: the global weights it trained from.
+        max_norm: the bound C > 0.
+
+    Returns:
+        The bounded weights (each entry in its own dtype; the other entries, e.g. BatchNorm's
+        integer ``num_batches_tracked``, as received) and ``||Delta||_2`` before clipping.
+    """
+    keys = update_entries(weights, reference)
+    delta, norm = clip_by_l2({k: weights[k].double() - reference[k].double() for k in keys}, max_norm)
+    bounded = {k: (reference[k].double() + delta[k]).to(weights[k].dtype) for k in keys}
+    return {k: bounded.get(k, t) for k, t in weights.items()}, norm
+
+
 def clip_rows(x: Tensor, max_norm: float) -> Tensor:
     """Per-sample clipping: each row ``x[i]`` (all its trailing dims taken as one vector) scaled by
     ``min(1, C / ||x[i]||_2)`` (Abadi et al. 2016, Eq. 1; :func:`clip_factor` row by row, vectorised).

@@ -18,14 +18,17 @@ SCALES = ("absolute", "relative")
 
 
 def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, scale: str = "absolute") -> Tensor:
-    """``t + N(0, sigma^2)`` elementwise, with ``sigma = std`` or ``std * t.std()``.
+    """``t + N(0, sigma^2)`` elementwise, with ``sigma = std`` or ``std * t.std()``; a single value has
+    no spread, so there the relative scale is its magnitude: ``sigma = std * |t|`` (FedRDN's
+    statistics of a one-channel dataset are ``(1,)`` tensors, issue 41).
 
     Args:
         t: any floating tensor, e.g. features ``(N, C, *spatial)`` or channel statistics ``(C,)``;
             not modified in place.
         std: the noise scale; 0 returns ``t`` itself.
         generator: a CPU generator (the caller's seeded stream); draws ``t.numel()`` normals.
-        scale: ``"absolute"`` or ``"relative"`` (to the standard deviation of all of ``t``'s values).
+        scale: ``"absolute"`` or ``"relative"`` (to the standard deviation of all of ``t``'s values,
+            or to ``|t|`` for a one-element ``t``).
 
     Returns:
         Same shape, dtype and device as ``t``.
@@ -42,6 +45,7 @@ def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, sca
         raise ValueError(f"add_gaussian_noise needs std >= 0 and scale in {SCALES}, got {std!r}, {scale!r}")
     if std == 0:
         return t
-    sigma = std * (float(t.detach().float().std()) if scale == "relative" and t.numel() > 1 else 1.0)
+    spread = t.detach().float().std() if t.numel() > 1 else t.detach().float().abs().sum()
+    sigma = std * (float(spread) if scale == "relative" else 1.0)
     noise = torch.randn(t.shape, generator=generator, dtype=torch.float32, device=generator.device)
     return t + (sigma * noise).to(dtype=t.dtype, device=t.device)

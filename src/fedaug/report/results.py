@@ -68,10 +68,12 @@ class Run:
         return _number(self.summary[which]["eval"]["mean"][f"test_{self.metric}"])
 
     def client_scores(self, which: str) -> dict[str, float]:
-        """Each client's test metric at the final or best round."""
+        """Each client's test metric at the final or best round; NaN for a client whose evaluation
+        that round was rejected or dropped (a run that went on with a poisoned model, issue 41)."""
         per_client = self.summary[which]["eval"]["clients"]  # stored with sorted keys: client-10 before client-2
-        order = [n for n in self.summary.get("clients", []) if n in per_client] or list(per_client)
-        return {name: _number(per_client[name]["test"][self.metric]) for name in order}
+        order = self.summary.get("clients") or list(per_client)
+        return {name: _number(per_client[name]["test"][self.metric]) if name in per_client else math.nan
+                for name in order}
 
     def comm_bytes(self) -> dict[str, int]:
         """Bytes sent down and up over all rounds, summed from the per-round records."""

@@ -43,12 +43,13 @@ def _final_test_loss(run_dir) -> float:
 
 def test_a_scaling_supernode_under_median_the_run_keeps_learning_where_fedavg_is_thrown_off(tmp_path):
     """Client 1 sends its update scaled by 100 (valid: finite, within trust.max_abs, BatchNorm statistics
-    as trained), so nothing is rejected: FedAvg's model is thrown off, the median's is not; the Flower
+    as trained) with the update screening off (``trust.screen``, which would reject it: tests/engine/
+    test_screen.py), so nothing is rejected: FedAvg's model is thrown off, the median's is not; the Flower
     path gives the in-process engine's records."""
     losses = {}
     for base in ("fedavg", "median"):
         raw = tiny_raw(rounds=3, local_steps=2)
-        raw.update(out_dir=str(tmp_path / base), method={"base": base, "augs": []},
+        raw.update(out_dir=str(tmp_path / base), method={"base": base, "augs": []}, trust={"screen": "off"},
                    attack={"kind": "scale", "clients": [1], "scale": 100.0})
         summary = run_in_process(validate(raw), 3)
         got = records(summary["run_dir"])
@@ -59,7 +60,7 @@ def test_a_scaling_supernode_under_median_the_run_keeps_learning_where_fedavg_is
             _, run_dir = run_experiment(validate(raw), quiet=True)
             assert got == records(run_dir.path)
     clean = tiny_raw(rounds=3, local_steps=2)
-    clean.update(out_dir=str(tmp_path / "clean"), method={"base": "median", "augs": []})
+    clean.update(out_dir=str(tmp_path / "clean"), method={"base": "median", "augs": []}, trust={"screen": "off"})
     _, run_dir = run_experiment(validate(clean), quiet=True)
     assert losses["median"] < 1.1 * _final_test_loss(run_dir.path) < losses["fedavg"] / 10
 
@@ -67,12 +68,13 @@ def test_a_scaling_supernode_under_median_the_run_keeps_learning_where_fedavg_is
 @pytest.mark.slow
 def test_an_attacking_supernode_in_a_loopback_deployment_and_the_robust_rule_keeps_the_run_going(tmp_path):
     """Over a real SuperLink and three SuperNodes started here (``fedaug flower local``'s trial): the
-    SuperNode of partition 2 scales its update by 100; the median keeps the global model on course."""
+    SuperNode of partition 2 scales its update by 100 (update screening off); the median keeps the global
+    model on course."""
     from fedaug.engine.flower.app import write_app
     from fedaug.engine.flower.local import LoopbackTrial
 
     raw = tiny_raw(rounds=2, local_steps=2)
-    raw.update(out_dir=str(tmp_path / "runs"), method={"base": "median", "augs": []},
+    raw.update(out_dir=str(tmp_path / "runs"), method={"base": "median", "augs": []}, trust={"screen": "off"},
                attack={"kind": "scale", "clients": [2], "scale": 100.0})
     cfg = validate(raw)
     trial = LoopbackTrial(write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120), tmp_path, 3)

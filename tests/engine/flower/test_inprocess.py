@@ -85,10 +85,18 @@ def test_a_client_that_never_answers_times_out_and_the_run_completes(tmp_cfg):
     assert set(r1["train"]["clients"]) == {"0", "1"} and r2["dropped"] == []
 
 
-def test_too_few_replies_stop_the_run_naming_who_dropped(tmp_cfg):
-    cfg = tmp_cfg("fedfa", min_clients=3)
+def test_too_few_replies_stop_the_run_naming_who_dropped_when_asked_to_stop(tmp_cfg):
+    cfg = tmp_cfg("fedfa", min_clients=3, on_empty_round="stop")
     with pytest.raises(FedaugError, match=r"round 2: only 2 of 3 .*min_clients=3.*client 1 dropped \(error"):
         run_in_process(cfg, 3, client=failing(fail_client=1, fail_round=2))
+
+
+def test_too_few_replies_keep_the_previous_state_by_default_and_the_run_finishes(tmp_cfg):
+    summary = run_in_process(tmp_cfg("fedfa", min_clients=3), 3, client=failing(fail_client=1, fail_round=2))
+    r1, r2 = records(summary["run_dir"])
+    assert summary["rounds"] == 2 and "aggregate" not in r1 and [d["client"] for d in r2["dropped"]] == [1]
+    assert r2["aggregate"] == [{"phase": "train", "kept": "previous", "reason": (
+        "round 2: only 2 of 3 uploads passed validation, fewer than train.min_clients=3")}]
 
 
 @pytest.mark.parametrize("configs, message", [

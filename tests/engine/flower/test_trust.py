@@ -96,6 +96,10 @@ def test_malformed_flower_replies_are_rejected_and_the_server_goes_on(tmp_path, 
     (culprit,) = rejected
     assert culprit["client"] == 1 and re.search(reason, culprit["reason"]), culprit
     assert summary["rounds"] == 2
+    if message_type == "train":  # the bytes of a rejected upload travelled too: counted (issue 41)
+        per_client = r1["comm"]["down"]["fedavg"] // 3  # every client receives the same weights and sends them back
+        carried = 2 if "missing" in reason else 3  # client 1's reply lacks its weights, or carries them malformed
+        assert r1["comm"]["up"]["fedavg"] == carried * per_client
 
 
 def describing(change):

@@ -11,9 +11,11 @@ bytes, so values arrive bit for bit.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import Tensor
 
@@ -38,6 +40,20 @@ def get_parts(content: RecordDict) -> Message:
     """The parts :func:`put_parts` added, as ``{component name: {tensor name: tensor}}``."""
     return {name[len(PART):]: dict(record.to_torch_state_dict()) for name, record in content.array_records.items()
             if name.startswith(PART)}
+
+
+def travelled_nbytes(content: RecordDict) -> dict[str, int]:
+    """Bytes of each part :func:`put_parts` added, counted as decoded parts are (elements x item
+    size, from each array's shape and dtype) but without decoding them: the uplink of a reply that
+    is rejected as malformed (an array whose dtype NumPy does not know counts its raw bytes)."""
+    def nbytes(array: Any) -> int:
+        try:
+            return math.prod(array.shape) * np.dtype(array.dtype).itemsize
+        except TypeError:
+            return len(array.data)
+
+    return {name[len(PART):]: sum(nbytes(a) for a in record.values())
+            for name, record in content.array_records.items() if name.startswith(PART)}
 
 
 def put_tree(content: RecordDict, name: str, tree: object) -> None:

@@ -29,7 +29,7 @@ from fedaug.core.payload import Message as Parts
 from fedaug.core.runtime import configure_process
 from fedaug.engine.fleet import Dropped, Malformed, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
-from fedaug.engine.flower.codec import get_parts, put_parts
+from fedaug.engine.flower.codec import get_parts, put_parts, travelled_nbytes
 from fedaug.engine.flower.settings import FlowerSettings
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
@@ -202,21 +202,23 @@ class FlowerFleet:
     def _decode(self, phase: Phase, cid: int, rep: Message) -> Reply | Malformed:
         """The :class:`Reply` in a Flower reply, or :class:`Malformed` with the reason; never raises
         (the parts themselves are checked by the exchange)."""
+        sizes: dict[str, int] = {}
         try:
+            sizes = travelled_nbytes(rep.content)
             parts = to_device(get_parts(rep.content), self.device)
             if phase != "train":
                 return Reply(parts)
             missing = [k for k, records in (("state", rep.content.config_records), (METRICS, rep.content.metric_records))
                        if k not in records]
             if missing:
-                return Malformed(f"the reply lacks its {' and '.join(map(repr, missing))} record")
+                return Malformed(f"the reply lacks its {' and '.join(map(repr, missing))} record", sizes)
             state, metrics = rep.content.config_records["state"], dict(rep.content.metric_records[METRICS])
             has, nbytes = state.get("has_state"), state.get("bytes")
             if not isinstance(has, bool) or isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
                 return Malformed(f"its 'state' record must hold has_state (true/false) and bytes (an integer >= 0), "
-                                 f"got has_state={has!r}, bytes={nbytes!r}")
+                                 f"got has_state={has!r}, bytes={nbytes!r}", sizes)
         except Exception as exc:  # a record Flower itself cannot read: the client's fault, never the server's
-            return Malformed(f"the reply cannot be read ({type(exc).__name__}: {exc})")
+            return Malformed(f"the reply cannot be read ({type(exc).__name__}: {exc})", sizes)
         if has:
             self._state_bytes[cid] = nbytes
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +15,7 @@ from fedaug.methods._common import load_entries
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import check_choice, range_problem
 from fedaug.methods.recipe import METHODS
-from fedaug.privacy.clip import clip_by_l2
+from fedaug.privacy.clip import clip_update
 from fedaug.privacy.release import GaussianRelease
 
 WEIGHTINGS = ("samples", "uniform")
@@ -60,27 +60,6 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
     for wk, t in zip((w / w.sum()).tolist(), tensors):  # host scalars: no host-to-device copy per tensor
         acc += term.copy_(t).mul_(wk)  # the float64 cast is exact; then the same two roundings as t * wk
     return acc.to(tensors[0].dtype)
-
-
-def clip_update(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor],
-                max_norm: float) -> tuple[dict[str, Tensor], float]:
-    """``reference + clip(weights - reference, max_norm)``: a client's weights with its update
-    Delta = w_k - w bounded to L2 norm ``max_norm`` over all floating entries together
-    (DP-FedAvg's ``clip``, McMahan et al. 2018, arXiv:1710.06963, Alg. 1; :func:`~fedaug.privacy.clip.clip_by_l2`).
-
-    Args:
-        weights: the client's ``{key: tensor}`` (any shapes); not modified.
-        reference: the global weights it trained from, the same keys and shapes.
-        max_norm: the bound C > 0.
-
-    Returns:
-        The bounded weights (each entry in its own dtype; integer entries, e.g. BatchNorm's
-        ``num_batches_tracked``, as received) and ``||Delta||_2`` before clipping.
-    """
-    floating = [k for k, t in weights.items() if t.is_floating_point()]
-    delta, norm = clip_by_l2({k: weights[k].double() - reference[k].double() for k in floating}, max_norm)
-    bounded = {k: (reference[k].double() + delta[k]).to(weights[k].dtype) for k in floating}
-    return {k: bounded.get(k, t) for k, t in weights.items()}, norm
 
 
 @METHODS.register("fedavg", "FedAvg (McMahan et al. 2017): weighted mean of the clients' weights")
