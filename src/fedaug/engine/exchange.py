@@ -75,7 +75,8 @@ class PhaseResult:
 
 def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: Fleet,
              senders: Sequence[Component], server: Mapping[str, State], reply_specs: Mapping[str, Spec],
-             bound: Callable[[str], float | None] = lambda part: None) -> PhaseResult:
+             bound: Callable[[str], float | None] = lambda part: None,
+             on_accept: Callable[[int, Reply], None] | None = None) -> PhaseResult:
     """Run ``phase`` of round ``r`` on ``client_ids`` through ``fleet``.
 
     Args:
@@ -88,6 +89,8 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         reply_specs: ``{part name: spec}`` every reply must meet (a missing part is an empty one).
         bound: the largest ``|value|`` a reply's part may hold, by part name (``None``: no bound);
             :meth:`~fedaug.config.schema.TrustConfig.bound`.
+        on_accept: called with each accepted reply as it arrives (the server's update norms: a read of
+            the reply while it is in the cache).
 
     Returns:
         The accepted replies, the rejected and dropped clients with reasons, and the bytes.
@@ -128,4 +131,6 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
             out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": str(exc)})
             continue
         out.replies[cid] = answer
+        if on_accept is not None:
+            on_accept(cid, answer)
     return out

@@ -47,26 +47,28 @@ from fedaug.methods.recipe import Recipe
 from fedaug.privacy.clip import clip_update, update_entries
 
 
-def update_norms(base: Component, server: State, replies: Mapping[int, Reply]) -> dict[int, float]:
-    """``||w_k - w||_2`` of each reply's part of the server rule ``base``, against the downlink
-    ``base`` sends that client in training, over the floating entries of equal name and shape
-    (:func:`~fedaug.privacy.clip.update_entries`), in float64; read back in one batch.
+def update_norm(base: Component, server: State, client_id: int, reply: Reply) -> float:
+    """``||w_k - w||_2`` of one reply's part of the server rule ``base``, against the downlink ``base``
+    sends that client in training, over the floating entries of equal name and shape
+    (:func:`~fedaug.privacy.clip.update_entries`): each entry's distance in its own dtype
+    (:func:`torch.dist`, one pass, no temporary), combined in float64. The server computes it as a
+    reply arrives (:func:`~fedaug.engine.exchange.exchange`'s ``on_accept``), while the reply is still
+    in the cache: it is a read of every weight of every upload.
 
     Args:
         base: the server rule (the component that owns the model weights).
         server: its server state (as it was when the round's messages were built).
-        replies: the validated training replies, by client id.
-
-    Returns:
-        ``{client id: norm}``, ascending ids.
+        client_id: the client.
+        reply: its validated training reply.
     """
-    order = sorted(replies)
-    sums: list[Tensor] = []
-    for cid in order:
-        sent, part = base.downlink(server, cid, "train"), replies[cid].message[base.name]
-        squares = [(part[k].double() - sent[k].double()).pow(2).sum() for k in update_entries(part, sent)]
-        sums.append(torch.stack(squares).sum().cpu() if squares else torch.zeros((), dtype=torch.float64))
-    return dict(zip(order, torch.stack(sums).sqrt().tolist())) if sums else {}
+    sent, part = base.downlink(server, client_id, "train"), reply.message[base.name]
+    dists = [torch.dist(part[k], sent[k]) for k in update_entries(part, sent)]
+    return float(torch.stack(dists).double().square().sum().sqrt()) if dists else 0.0
+
+
+def update_norms(base: Component, server: State, replies: Mapping[int, Reply]) -> dict[int, float]:
+    """:func:`update_norm` of each reply, by ascending client id."""
+    return {cid: update_norm(base, server, cid, replies[cid]) for cid in sorted(replies)}
 
 
 def lower_median(values: list[float]) -> float:
@@ -80,11 +82,15 @@ def lower_median(values: list[float]) -> float:
 
 
 def screen_updates(trust: TrustConfig, base: Component, server: State, result: PhaseResult,
-                   r: int) -> dict[str, Any] | None:
+                   r: int, norms: Mapping[int, float] | None = None) -> dict[str, Any] | None:
     """Record the update norm of every validated training reply in ``result`` and screen them as
     ``trust.screen`` says (module docstring); ``result`` is changed in place: a rejected reply moves
     from ``replies`` to ``rejected`` with its reason, a clipped one has its ``base`` part replaced
     by one whose update norm is the median.
+
+    Args:
+        norms: the replies' :func:`update_norm`, where the caller took them as they arrived (default:
+            computed here).
 
     Returns:
         The round record's ``updates`` entry: ``norm`` (client id -> norm), ``median`` and, with
@@ -93,7 +99,8 @@ def screen_updates(trust: TrustConfig, base: Component, server: State, result: P
     """
     if not base.keeps_global_model or not result.replies:
         return None
-    norms = update_norms(base, server, result.replies)
+    norms = ({cid: norms[cid] for cid in sorted(result.replies)} if norms is not None
+             else update_norms(base, server, result.replies))
     median = lower_median(list(norms.values()))
     record: dict[str, Any] = {"norm": {str(cid): n for cid, n in norms.items()}, "median": median}
     if trust.screen == "off":

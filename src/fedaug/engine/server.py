@@ -16,6 +16,7 @@ import inspect
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,11 @@ from fedaug.data.base import FederatedData
 from fedaug.engine.attack import check_attack
 from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
-from fedaug.engine.fleet import METERS, Fleet
+from fedaug.engine.fleet import METERS, Fleet, Reply
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CHECKPOINT_FORMAT, RunDir, checkpoint_problem
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
-from fedaug.engine.screen import check_trust, screen_updates
+from fedaug.engine.screen import check_trust, screen_updates, update_norm
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
@@ -161,14 +162,16 @@ class Server:
                                          cfg.privacy.delta, cfg.privacy.accountant)
 
     # --- one round ----------------------------------------------------------------------------
-    def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
+    def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int],
+                  on_accept: Callable[[int, Reply], None] | None = None) -> PhaseResult:
         """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`)."""
         senders = self.recipe.participants(phase)
         if phase == "evaluate":
             specs = {METERS: meters_spec(self.task)}
         else:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
-        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs, self.cfg.trust.bound)
+        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs, self.cfg.trust.bound,
+                        on_accept)
 
     def _aggregate(self, phase: Phase, r: int, result: PhaseResult) -> dict[str, str] | None:
         """Each component that replies in ``phase`` folds the accepted replies, sorted by client id
@@ -212,9 +215,14 @@ class Server:
         t0 = time.perf_counter()
         lr = learning_rate(cfg.train, r)
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
-        train = self._exchange("train", r, lr, sampled)
         base = self.recipe.base
-        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r)
+        norms: dict[int, float] = {}  # each upload's update norm, taken as it arrives (engine/screen.py)
+
+        def measure(cid: int, reply: Reply) -> None:
+            norms[cid] = update_norm(base, self.server[base.name], cid, reply)
+
+        train = self._exchange("train", r, lr, sampled, measure if base.keeps_global_model else None)
+        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r, norms)
         rejected, dropped = list(train.rejected), list(train.dropped)
         enough = len(train.replies) >= cfg.train.min_clients
         if not enough:
