@@ -329,8 +329,8 @@ def check_kernel(value: str, owner: str = "kernel") -> str:
     """``value`` if it is one of :data:`fedaug.layers.kernel.MODES`, else a :class:`ConfigError` naming ``owner``."""
     if value not in compiled.MODES:
         raise ConfigError(f"{owner} must be one of {', '.join(compiled.MODES)}, got {value!r}: \"off\" is the "
-                          "pure-PyTorch path (the same numbers on every machine), \"on\" the fused kernel (compiled C++ on the "
-                          "CPU, Triton on CUDA)")
+                          "pure-PyTorch path (the same numbers on every machine), \"on\" the fused kernel "
+                          "(compiled C++ on the CPU, Triton on CUDA)")
     return value
 
 
