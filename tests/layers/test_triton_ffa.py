@@ -14,6 +14,7 @@ compiled CPU kernel.
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 
@@ -199,6 +200,44 @@ def test_without_triton_only_the_cuda_kernel_fails(monkeypatch):
         kernel.triton_op()
     x = torch.randn(4, 3, 5)
     assert FFALayer(3, p=1.0, generator=torch.Generator().manual_seed(0))(x).shape == x.shape  # "off" needs none
+
+
+#: compiles every kernel of fedaug.layers.triton_ffa to a cubin for argv's GPU architectures, in both dtypes and
+#: for every map (fixed scales; std and variance scales): pointers are the ``*_ptr`` arguments, the other
+#: non-constexpr arguments 32-bit integers, as a launch specialises them
+AHEAD_OF_TIME = """
+import inspect, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from fedaug.layers import triton_ffa as m
+
+values = {"EPS": 1e-6, "BLOCK_N": 128, "BLOCK_B": 16}
+for arch in map(int, sys.argv[1:]):
+    for dtype in ("fp32", "fp64"):
+        for fixed, std in ((True, True), (False, True), (False, False)):
+            const = {**values, "EXTRA": 0.0 if fixed else 1e-6, "FIXED": fixed, "STD": std}
+            for fn in (m._row_moments, m._restyle_forward, m._row_grad_sums, m._restyle_backward):
+                names = list(inspect.signature(fn.fn).parameters)
+                sig = {k: "constexpr" if k in const else "*" + dtype if k.endswith("_ptr") else "i32" for k in names}
+                src = ASTSource(fn, sig, constexprs={k: v for k, v in const.items() if k in names})
+                done = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                                      options={"num_warps": 4, "enable_fp_fusion": True})
+                assert "cubin" in done.asm
+                print(arch, dtype, fixed, std, fn.__name__)
+"""
+
+
+def test_kernels_compile_for_gpus_without_one(tmp_path):
+    """The interpreter runs the kernels' Python; Triton's compiler (its own front end, typing and
+    lowering) is checked here by compiling them for A100 (sm_80) and H100/H200 (sm_90), no GPU needed.
+    In a subprocess without ``TRITON_INTERPRET``, with an empty Triton cache so that nothing is reused."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", AHEAD_OF_TIME, "80", "90"], capture_output=True, text=True,
+                          env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 2 * 2 * 3 * 4
 
 
 def test_fedaug_imports_and_trains_ffa_without_importing_triton():

@@ -198,19 +198,20 @@ class _TritonRestyle(torch.autograd.Function):
                 correction: int, extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor]:
         x, noise, param = x.contiguous(), noise.contiguous(), param.contiguous()
         b, c = x.shape[:2]
-        r = b * c
-        n = x.numel() // r
-        options = {"denom_b": max(b - correction, 1), "EXTRA": 0.0 if fixed else extra, "FIXED": fixed,
-                   "STD": std_scale, "BLOCK_N": _block(n), "BLOCK_B": _block(b),
-                   "num_warps": max(1, min(_block(n) // 256, 8))}
+        r, n = b * c, x.numel() // (b * c)
+        denom_n = n - 1 if unbiased and n > 1 else n
+        # every launch: a few warps per row (one for short rows); fused multiply-adds (as ATen's CUDA
+        # kernels; Triton's default for them is changing, so it is fixed here)
+        rows = {"BLOCK_N": _block(n), "num_warps": max(1, min(_block(n) // 256, 8)), "enable_fp_fusion": True}
+        maps = {"denom_b": max(b - correction, 1), "EXTRA": 0.0 if fixed else extra, "FIXED": fixed,
+                "STD": std_scale, "BLOCK_B": _block(b), **rows}
         z = x.new_empty((2, b, c))
         y = torch.empty_like(x)
         with _on_device(x):
-            _row_moments[(r,)](x, z, r, n, n - 1 if unbiased and n > 1 else n, EPS=eps, BLOCK_N=options["BLOCK_N"],
-                               num_warps=options["num_warps"])
-            _restyle_forward[(r,)](x, y, z, noise, param, r, n, b, c, **options)
+            _row_moments[(r,)](x, z, r, n, denom_n, EPS=eps, **rows)
+            _restyle_forward[(r,)](x, y, z, noise, param, r, n, b, c, **maps)
         ctx.save_for_backward(x, z, noise, param)
-        ctx.options, ctx.denom_n = options, n - 1 if unbiased and n > 1 else n
+        ctx.rows, ctx.maps, ctx.denom_n = rows, maps, denom_n
         ctx.mark_non_differentiable(z)
         return y, z
 
@@ -224,9 +225,8 @@ class _TritonRestyle(torch.autograd.Function):
         gh = torch.empty_like(z)
         gx = torch.empty_like(x)
         with _on_device(x):
-            _row_grad_sums[(r,)](gy, x, z, gh, r, n, BLOCK_N=ctx.options["BLOCK_N"],
-                                 num_warps=ctx.options["num_warps"])
-            _restyle_backward[(r,)](gy, x, z, noise, param, gh, gx, r, n, b, c, denom_n=ctx.denom_n, **ctx.options)
+            _row_grad_sums[(r,)](gy, x, z, gh, r, n, **ctx.rows)
+            _restyle_backward[(r,)](gy, x, z, noise, param, gh, gx, r, n, b, c, denom_n=ctx.denom_n, **ctx.maps)
         return gx, None, None, None, None, None, None, None, None
 
 
