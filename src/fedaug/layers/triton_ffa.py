@@ -3,8 +3,8 @@
 :func:`fedaug.layers.functional.restyle` with ``kernel="on"``, a
 :class:`~fedaug.layers.functional.StatNoise` map and a CUDA float32/float64 tensor runs
 :func:`ffa_restyle`: the same function as the compiled CPU kernel (``csrc/ffa_restyle.cpp``, same
-arguments) and as the pure-PyTorch path, in four kernel launches per training step (two forward,
-two backward) instead of ~45 small ATen kernels. The noise is an argument, drawn outside the
+arguments) and as the pure-PyTorch path, in four kernel launches per layer and training step (two
+forward, two backward) instead of ~45 small ATen kernels. The noise is an argument, drawn outside the
 kernel from the layer's generator, so the draws are the PyTorch path's.
 
 ``x`` ``(B, C, *spatial)`` is viewed as ``R = B * C`` rows of ``N`` positions; one program per row:
@@ -21,8 +21,8 @@ kernel from the layer's generator, so the draws are the PyTorch path's.
 
 Nothing but ``y`` and the statistics ``z = (mu, sigma)`` ``(2, B, C)`` is written forward; the backward
 recomputes the channel map from ``z``, the noise and the multipliers. Reductions accumulate in the
-input's dtype in ``BLOCK_N`` lanes, then a tree sum: float64 agrees with the other paths to
-~1e-15, float32 in the last bits (tests/layers/test_triton_ffa.py states the tolerances).
+input's dtype in ``BLOCK_N`` lanes, then a tree sum: float64 agrees with the other paths to its
+rounding, float32 in the last bits (tests/layers/test_triton_ffa.py states the tolerances).
 
 Imported only when a CUDA layer runs with ``kernel="on"`` (:func:`fedaug.layers.kernel.triton_op`)
 or by its tests: fedaug needs ``triton`` (the ``gpu`` extra; torch's CUDA wheels ship it) for
