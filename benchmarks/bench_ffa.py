@@ -6,15 +6,16 @@ Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps
 
 For each model, every configuration is attached at the model's default ``feature_stages`` with the
 same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
-fused variance, with its compiled kernel: ``kernel="on"``), ``ffa-pytorch`` (the same layer with
+fused variance, with the device's fused kernel: ``kernel="on"``, the compiled C++ kernel on the
+CPU, the Triton kernel on CUDA), ``ffa-pytorch`` (the same layer with
 ``kernel="off"``, the default: its pure-PyTorch custom autograd function), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
 Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
 ``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
-timed steps, and every ratio divides two medians of the same run. On CUDA (``--device cuda``) the
-compiled kernel does not exist (it is CPU-only), so ``ffa`` is left out and FFA / IN divides
-``ffa-pytorch``; the layers draw from a CUDA generator, as the engine's components do, and each
-timed step ends with a synchronisation.
+timed steps, and every ratio divides two medians of the same run; FFA / IN divides ``ffa``. On
+CUDA (``--device cuda``) the layers draw from a CUDA generator, as the engine's components do, each
+timed step ends with a synchronisation, and Triton compiles its kernels in the first (untimed)
+warm-up steps.
 """
 
 from __future__ import annotations
@@ -69,17 +70,13 @@ CLOCK = time.perf_counter
 
 
 def makers(device: torch.device) -> dict[str, Callable[[int, int], nn.Module] | None]:
-    """The configurations timed on ``device`` (no compiled kernel off the CPU)."""
+    """The configurations timed on ``device``."""
     def ffa(kernel_mode: str) -> Callable[[int, int], nn.Module]:
         return lambda c, rank: FFALayer(c, p=1.0, generator=torch.Generator(device).manual_seed(0),
                                         kernel=kernel_mode)
 
-    found: dict[str, Callable[[int, int], nn.Module] | None] = {"none": None}
-    if device.type == "cpu":
-        found["ffa"] = ffa("on")
-    found.update({"ffa-pytorch": ffa("off"), "ffa-autograd": lambda c, rank: AutogradFFA(c),
-                  "instancenorm": instance_norm})
-    return found
+    return {"none": None, "ffa": ffa("on"), "ffa-pytorch": ffa("off"), "ffa-autograd": lambda c, rank: AutogradFFA(c),
+            "instancenorm": instance_norm}
 
 
 def _step_end(device: torch.device) -> float:
@@ -152,7 +149,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--skip-comm", action="store_true")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (no compiled kernel on CUDA)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (kernel on: C++ on the CPU, Triton on CUDA)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: time.perf_counter; cpu: the process's CPU time (all threads; "
                              "time lost to other tenants of a shared machine is not counted)")
@@ -163,18 +160,16 @@ def main() -> None:
     device = resolve_device(args.device)
     print(f"torch {torch.__version__}, {environment(device, '32', False)['device_name']}, {args.threads} threads, {args.repeats} "
           f"interleaved repeats x {args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
-    if device.type == "cpu":
-        kernel.restyle_op()  # build or load outside the timed steps
+    kernel.fused_op(device.type)  # build (CPU) or import (CUDA: triton) outside the timed steps
     print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
         med = time_model(name, args.repeats, args.steps, device)
         base = med["none"]
         r = {k: v / base for k, v in med.items()}
-        ffa = r.get("ffa", r["ffa-pytorch"])
-        compiled = f"{r['ffa']:.3f}" if "ffa" in r else "n/a"
+        ffa = r["ffa"]
         _, _, shape, _, batch = MODELS[name]
-        print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.2f} | {compiled} | "
+        print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.2f} | {ffa:.3f} | "
               f"{r['ffa-pytorch']:.3f} | {r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | "
               f"{ffa / r['instancenorm']:.3f} |", flush=True)
     if args.skip_comm:

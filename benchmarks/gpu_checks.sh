@@ -1,7 +1,9 @@
 #!/bin/bash
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
-# the tests/gpu suite, then bench_device.py, bench_ffa.py and bench_throughput.py (workers sharing the GPU) on cuda. Each step has its own time limit
+# the tests/gpu suite, then bench_device.py, bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and
+# without it) and bench_throughput.py (workers sharing the GPU) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
+# Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 set -u
 out=${OUT:-gpu-checks}
@@ -18,5 +20,5 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out
 step env 60 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 step tests_gpu 240 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
 step bench_device 240 "$py" benchmarks/bench_device.py --devices cuda --threads 8
-step bench_ffa 120 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
+step bench_ffa 180 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
 step bench_throughput 200 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only

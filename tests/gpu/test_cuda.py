@@ -121,6 +121,42 @@ def test_restyle_on_cuda_equals_the_cpu_for_the_same_noise(dtype: torch.dtype, t
         torch.testing.assert_close(b, a, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype, tol, shape", [
+    (torch.float64, 1e-10, (6, 4, 15)), (torch.float64, 1e-10, (2, 3, 4, 4, 5)),  # 1D, 3D
+    (torch.float32, 2e-5, (3, 4, 9, 10)), (torch.float32, 2e-5, (2, 2, 2100)),  # 2D, a row longer than a block
+])  # fmt: skip  (few shapes and dtypes: each combination compiles its own kernels)
+def test_triton_kernel_on_cuda_equals_the_pytorch_path(dtype: torch.dtype, tol: float, shape) -> None:
+    """``kernel="on"`` on CUDA runs the Triton kernel (fedaug.layers.triton_ffa, compiled here; CI runs it
+    under Triton's interpreter, tests/layers/test_triton_ffa.py): forward, statistics and input gradient
+    equal the pure-PyTorch path on the same device, for fixed scales (FedFA-R), FedFA's std scale with
+    the public code's estimators, and VFDA's variance scale."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=g, dtype=dtype) * 3 + 1).cuda()
+    noise = torch.randn(2, *shape[:2], generator=g, dtype=dtype).cuda()
+    param = (torch.rand(2, shape[1], generator=g, dtype=dtype) + 0.5).cuda()
+    gy = torch.randn(shape, generator=g, dtype=dtype).cuda()
+    maps = [(StatNoise(noise, scale=param), False), (StatNoise(noise, mult=param, correction=1, extra=1e-6), True),
+            (StatNoise(noise, mult=param, noise_scale="variance"), False)]
+    for sn, unbiased in maps:
+        out = {}
+        for mode in ("on", "off"):
+            xd = x.clone().requires_grad_()
+            y, mu, sigma = restyle(xd, sn, unbiased=unbiased, kernel=mode)
+            assert (y.grad_fn.name() == "_TritonRestyleBackward") == (mode == "on")
+            (gx,) = torch.autograd.grad(y, xd, gy)
+            out[mode] = [t.detach() for t in (y, mu, sigma, gx)]
+        for a, b in zip(out["on"], out["off"], strict=True):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_fedfa_on_the_triton_kernel_trains_like_the_pytorch_path() -> None:
+    """A FedFA run on CUDA with ``kernel = "on"`` against ``"off"``: the same draws from the same CUDA
+    generators, so only float32 rounding differs (:data:`EXACT_RTOL` after 2 rounds)."""
+    on = raw_for("fedfa", "cuda")
+    on["method"]["options"]["fedfa"]["kernel"] = "on"
+    assert_close(records(raw_for("fedfa", "cuda")), records(on), EXACT_RTOL, evaluation=True)
+
+
 def test_message_extremes_on_cuda_equal_the_cpus() -> None:
     """The fused reading of a message's value ranges (the CUDA default) against the CPU's per-tensor one,
     NaN and inf of either sign included."""

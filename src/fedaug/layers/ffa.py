@@ -57,9 +57,10 @@ class FFALayer(nn.Module):
         eps: added to the spatial variance before the square root.
         generator: source of the coin and the noise.
         kernel: ``"off"`` (default): the pure-PyTorch path, the same numbers on every machine;
-            ``"on"``: the compiled CPU kernel (:mod:`fedaug.layers.kernel`; faster on small maps,
-            needs a C++ compiler; float32 results differ from ``"off"`` in the last bits, and may
-            differ between CPU models).
+            ``"on"``: the device's fused kernel (:mod:`fedaug.layers.kernel`): compiled C++ on
+            the CPU (faster on small maps, needs a C++ compiler), Triton on CUDA (needs
+            ``triton``); float32 results differ from ``"off"`` in the last bits, and may differ
+            between CPU or GPU models.
 
     Attributes:
         running_mean, running_std: ``(C,)`` buffers, the client's running statistics (Eq. 4).

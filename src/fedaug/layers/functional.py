@@ -321,7 +321,7 @@ class _Restyle(torch.autograd.Function):
         return gx
 
 
-#: dtypes the compiled kernel (:mod:`fedaug.layers.kernel`) handles; others take :class:`_Restyle`.
+#: dtypes the fused kernels (:mod:`fedaug.layers.kernel`) handle; others take :class:`_Restyle`.
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
@@ -329,7 +329,8 @@ def check_kernel(value: str, owner: str = "kernel") -> str:
     """``value`` if it is one of :data:`fedaug.layers.kernel.MODES`, else a :class:`ConfigError` naming ``owner``."""
     if value not in compiled.MODES:
         raise ConfigError(f"{owner} must be one of {', '.join(compiled.MODES)}, got {value!r}: \"off\" is the "
-                          "pure-PyTorch path (the same numbers on every machine), \"on\" the compiled CPU kernel")
+                          "pure-PyTorch path (the same numbers on every machine), \"on\" the fused kernel "
+                          "(compiled C++ on the CPU, Triton on CUDA)")
     return value
 
 
@@ -340,12 +341,13 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
     Computes ``mu, sigma`` (Eq. 2) once, calls ``fn`` on them (stacked), and returns
     ``sigma_hat * (x - mu) / sigma + mu_hat`` with exact gradients w.r.t. ``x`` (through ``fn``'s
     vector-Jacobian product, so ``fn`` may couple the samples, e.g. through batch variances).
-    With ``kernel="on"``, a :class:`StatNoise` map on a CPU float32/float64 tensor runs the fused
-    compiled kernel (:mod:`fedaug.layers.kernel`; same function, one C++ autograd node); anything
+    With ``kernel="on"``, a :class:`StatNoise` map on a float32/float64 tensor runs the device's
+    fused kernel (:mod:`fedaug.layers.kernel`; same function, one autograd node): on the CPU the
+    compiled C++ kernel, on CUDA the Triton kernel (:mod:`fedaug.layers.triton_ffa`); anything
     else (``kernel="off"``, other maps, devices or dtypes, tracing by ``torch.compile``) runs
-    :class:`_Restyle`. The two agree to float rounding; in float32 that rounding differs, so a
-    long training run on one path does not reproduce a run on the other. The pure-PyTorch path
-    supports double backward (FedMix combined with FedFA or VFDA); the compiled kernel does not.
+    :class:`_Restyle`. They agree to float rounding; in float32 that rounding differs, so a
+    long training run on one path does not reproduce a run on another. The pure-PyTorch path
+    supports double backward (FedMix combined with FedFA or VFDA); the fused kernels do not.
 
     Args:
         x: features ``(B, C, *spatial)``, not modified in place.
@@ -353,23 +355,24 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
             any differentiable map wrapped by :func:`autograd_map`.
         eps: added to the spatial variance before the square root.
         unbiased: spatial variance over ``N - 1`` positions (public code) instead of ``N``.
-        kernel: ``"off"`` (the pure-PyTorch path) or ``"on"`` (the compiled kernel where it applies).
+        kernel: ``"off"`` (the pure-PyTorch path) or ``"on"`` (the fused kernel where it applies).
 
     Returns:
         ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached (for running statistics).
 
     Raises:
         ConfigError: ``kernel`` is not ``"off"`` or ``"on"``.
-        fedaug.layers.kernel.KernelBuildError: ``kernel="on"`` and the kernel cannot be built.
+        fedaug.layers.kernel.KernelBuildError: ``kernel="on"`` and the kernel cannot be built (CPU)
+            or triton cannot be imported (CUDA).
     """
     _check_features(x)
     check_kernel(kernel)
-    fusable = (kernel == "on" and type(fn) is StatNoise and x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES
-               and not torch.compiler.is_compiling())
+    fusable = (kernel == "on" and type(fn) is StatNoise and x.device.type in compiled.FUSED_DEVICES
+               and x.dtype in _KERNEL_DTYPES and not torch.compiler.is_compiling())
     if not fusable:
         y, z = _Restyle.apply(x, fn, eps, unbiased)
     else:
-        op = compiled.restyle_op()
+        op = compiled.fused_op(x.device.type)
         fixed = fn.scale is not None
         param = fn.scale if fixed else fn.mult
         y, z = op(x, fn.noise.to(x.dtype), param.to(x.dtype), fixed, fn.noise_scale == "std", fn.correction,
@@ -386,7 +389,7 @@ def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise
         var_mu, var_sigma: ``(C,)`` sampling variances of the mean and the std (e.g. Eq. 7).
         noise_mu, noise_sigma: ``(B, C)`` standard normal draws.
         eps: added to the spatial variance.
-        kernel: ``"off"`` (pure PyTorch) or ``"on"`` (the compiled kernel), as in :func:`restyle`.
+        kernel: ``"off"`` (pure PyTorch) or ``"on"`` (the fused kernel), as in :func:`restyle`.
 
     Returns:
         Same shape and dtype as ``x``; differentiable w.r.t. ``x`` (re-parameterised, Eq. 9).

@@ -1,4 +1,5 @@
-"""The FFA layer's compiled CPU kernel: build, cache and load ``csrc/ffa_restyle.cpp``.
+"""The FFA layer's fused kernels: the compiled CPU kernel (``csrc/ffa_restyle.cpp``: build, cache and
+load) and the Triton CUDA kernel (:mod:`fedaug.layers.triton_ffa`: import on first use).
 
 :func:`fedaug.layers.functional.restyle` with ``kernel="on"``, a
 :class:`~fedaug.layers.functional.StatNoise` map and a CPU float tensor runs
@@ -17,6 +18,11 @@ OpenMP threads like ATen's), so its float32 rounding may differ between CPU mode
 under ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by the source, torch's
 and Python's versions, the CPU's model and flags, and the compiler command; a file lock makes
 concurrent processes build it once. Nothing is downloaded.
+
+On CUDA the same ``kernel="on"`` runs :func:`fedaug.layers.triton_ffa.ffa_restyle` (same arguments,
+same function), which needs the ``triton`` package (the ``gpu`` extra; torch's CUDA wheels ship
+it); Triton compiles it for the GPU on first use and caches it (``~/.triton/cache``). It is
+imported only then, so fedaug runs without triton. :func:`fused_op` picks the kernel by device.
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ import torch
 from fedaug.core.errors import FedaugError
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
-#: the FFA layers' computation paths: the pure-PyTorch path (default), the compiled kernel.
+#: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device.
 MODES = ("off", "on")
+#: device types with a fused kernel: the compiled C++ kernel on the CPU, the Triton kernel on CUDA.
+FUSED_DEVICES = ("cpu", "cuda")
 CACHE_ENV = "FEDAUG_KERNEL_CACHE"
 #: chose the path before the ``kernel`` option existed (``auto``: the kernel when it built); no longer read.
 RETIRED_ENV = "FEDAUG_FFA_KERNEL"
@@ -48,7 +56,7 @@ _FIX_OFF = ('or set the FFA layers\' kernel option to "off" (the pure-PyTorch pa
 
 
 class KernelBuildError(FedaugError, RuntimeError):
-    """The compiled kernel could not be built or loaded (no compiler, a compile error, ...)."""
+    """A fused kernel could not be built or loaded (no compiler, a compile error, no triton, ...)."""
 
 
 #: the loaded op and a failed build's error, kept for the life of the process (loading is process-wide).
@@ -142,3 +150,33 @@ def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     if _STATE["error"] is not None:
         raise _STATE["error"]  # type: ignore[misc]
     return _STATE["op"]  # type: ignore[return-value]
+
+
+def triton_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`fedaug.layers.triton_ffa.ffa_restyle`, the CUDA kernel, imported on the first call.
+
+    Raises:
+        KernelBuildError: ``triton`` is not installed.
+    """
+    try:
+        from fedaug.layers import triton_ffa
+    except ImportError as err:
+        raise KernelBuildError(f"the CUDA FFA kernel is written in Triton, which cannot be imported ({err}); install "
+                               f"it with pip install 'fedaug[gpu]' (torch's CUDA wheels ship it) {_FIX_OFF}") from err
+    return triton_ffa.ffa_restyle
+
+
+def fused_op(device_type: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The fused kernel for tensors on ``device_type`` (one of :data:`FUSED_DEVICES`): the compiled CPU
+    kernel (:func:`restyle_op`) or the Triton CUDA kernel (:func:`triton_op`).
+
+    Raises:
+        KernelBuildError: the kernel cannot be built or imported.
+        ValueError: ``device_type`` has no fused kernel.
+    """
+    if device_type == "cpu":
+        return restyle_op()
+    if device_type == "cuda":
+        return triton_op()
+    raise ValueError(f"no fused FFA kernel for device type {device_type!r}; the fused kernels run on "
+                     f"{' and '.join(FUSED_DEVICES)}")

@@ -77,7 +77,7 @@ class Recipe:
         for needs in (c for c in components if c.needs_double_backward):
             for layers in (c for c in components if not c.double_backward):
                 problems.append(f"'{needs.name}' differentiates a gradient again (double backward), which the layers "
-                                f"of '{layers.name}' do not support on the compiled kernel; set "
+                                f"of '{layers.name}' do not support on the fused kernels; set "
                                 f"method.options.{layers.name}.kernel='off' (the pure-PyTorch path)")
         if problems:
             raise ConfigError("invalid method: " + "; ".join(problems))

@@ -4,11 +4,13 @@ official-compat), options, communication accounting (Appendix D) and determinism
 from __future__ import annotations
 
 import copy
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import fedaug.layers
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.data.base import Split
@@ -16,6 +18,7 @@ from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.layers import kernel
 from fedaug.layers.attach import stage_channels
 from fedaug.methods import METHODS, ClientCtx, Uplink
+from fedaug.methods.aug import featstats
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.models import build_model
 from tests.conftest import requires_kernel, tiny_raw
@@ -200,6 +203,25 @@ def test_kernel_on_without_a_compiler_fails_before_training_with_the_fix(monkeyp
     monkeypatch.setitem(kernel._STATE, "error", None)
     with pytest.raises(kernel.KernelBuildError, match=r"(?s)compiling ffa_restyle\.cpp.*kernel option to \"off\""):
         ffa_sim("fedfa", kernel="on")  # setup builds it: no round has started
+
+
+@pytest.mark.parametrize("aug", ["fedfa", "vfda"])
+def test_kernel_on_refuses_a_device_without_a_fused_kernel(aug):
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel='on' runs a fused kernel, which exists for cpu and cuda "
+                                          rf"models, but the model is on meta; set {aug}\.kernel='off'"):
+        METHODS.get(aug)(kernel="on").setup(model().to("meta"), (1, 8, 8))
+
+
+def test_kernel_on_a_cuda_model_without_triton_fails_before_training_with_the_fix(monkeypatch):
+    """A CUDA model takes the Triton kernel: setup imports it, so a missing triton fails there (the model
+    is a CPU one that claims to be on CUDA, so that this runs without a GPU: setup stops before using it)."""
+    monkeypatch.setattr(featstats, "module_device", lambda m: torch.device("cuda"))
+    monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
+    monkeypatch.delitem(sys.modules, "fedaug.layers.triton_ffa", raising=False)
+    monkeypatch.delattr(fedaug.layers, "triton_ffa", raising=False)
+    with pytest.raises(kernel.KernelBuildError, match=r"the CUDA FFA kernel is written in Triton.*pip install "
+                                                      r"'fedaug\[gpu\]'"):
+        FedFA(kernel="on").setup(model(), (1, 8, 8))
 
 
 def sim(**fedfa_options) -> Simulation:

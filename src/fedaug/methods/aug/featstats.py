@@ -37,7 +37,7 @@ from fedaug.privacy.release import GaussianRelease
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
-#: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the compiled kernel.
+#: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the device's fused kernel.
 KERNEL_MODES = compiled.MODES
 
 
@@ -61,11 +61,12 @@ class FeatureStatsAug(Component, abc.ABC):
             noisy std is clamped at 0. Declares the release ``"<name> statistics"`` (every round,
             client). ``share_noise`` then adds its noise on top (post-processing).
         kernel: the layers' computation path: ``"off"`` (default), the pure-PyTorch path, whose
-            numbers are the same on every machine; ``"on"``, the compiled CPU kernel
-            (:mod:`fedaug.layers.kernel`): faster on small maps, needs a C++ compiler (built at
-            setup, before training), float32 results that differ from ``"off"`` in the last bits
-            (enough to move a 30-round run by points, docs/fedfa.md) and may differ between CPU models;
-            CPU only (a model on another device is refused at setup).
+            numbers are the same on every machine; ``"on"``, the device's fused kernel
+            (:mod:`fedaug.layers.kernel`): on the CPU the compiled C++ kernel (faster on small maps,
+            needs a C++ compiler, built at setup, before training), on CUDA the Triton kernel
+            (needs ``triton``, imported at setup); float32 results that differ from ``"off"`` in
+            the last bits (enough to move a 30-round run by points, docs/fedfa.md) and may differ
+            between CPU or GPU models; a model on another device is refused at setup.
             Recorded in every run's config (:mod:`fedaug.methods.recorded`).
         stats_rule: how the server combines the clients' statistics across clients (Eq. 5):
             ``"mean"`` (the papers: their variance), ``"median"`` or ``"trimmed_mean"`` (a robust
@@ -102,7 +103,7 @@ class FeatureStatsAug(Component, abc.ABC):
             raise ConfigError(f"{self.name}.kernel must be one of {', '.join(KERNEL_MODES)}, got 'auto': 'auto' (the "
                               "kernel when it builds) made a run's numbers depend on the machine; choose one")
         self.kernel = check_choice(self.name, "kernel", kernel, KERNEL_MODES)
-        self.double_backward = self.kernel == "off"  # the compiled kernel's gradient is not differentiable
+        self.double_backward = self.kernel == "off"  # the fused kernels' gradients are not differentiable
         self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.handle: AttachHandle | None = None
 
@@ -171,14 +172,15 @@ class FeatureStatsAug(Component, abc.ABC):
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
         """Attach one layer per attach point, sized by a dry forward pass of a zero ``(2, *input_shape)`` input.
 
-        With ``kernel = "on"`` the compiled kernel is built (or loaded) here, so a machine without a
-        compiler fails before training."""
+        With ``kernel = "on"`` the device's fused kernel is built (CPU) or imported (CUDA: triton)
+        here, so a machine without a compiler or triton fails before training."""
         device = module_device(model)
         if self.kernel == "on":
-            if device.type != "cpu":
-                raise ConfigError(f"{self.name}.kernel='on' is the compiled CPU kernel, but the model is on {device}; "
+            if device.type not in compiled.FUSED_DEVICES:
+                raise ConfigError(f"{self.name}.kernel='on' runs a fused kernel, which exists for "
+                                  f"{' and '.join(compiled.FUSED_DEVICES)} models, but the model is on {device}; "
                                   f"set {self.name}.kernel='off' (the PyTorch path, which runs on every device)")
-            compiled.restyle_op()
+            compiled.fused_op(device.type)
         channels = stage_channels(model, torch.zeros(2, *input_shape, device=device), self.names(model))
         self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()}, owner=self.name)
 
