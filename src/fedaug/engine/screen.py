@@ -47,23 +47,34 @@ from fedaug.methods.recipe import Recipe
 from fedaug.privacy.clip import clip_update, update_entries
 
 
-def update_norm(base: Component, server: State, client_id: int, reply: Reply) -> float:
+def update_norm(base: Component, server: State, client_id: int, reply: Reply,
+                scratch: dict[tuple[Any, ...], Tensor] | None = None) -> float:
     """``||w_k - w||_2`` of one reply's part of the server rule ``base``, against the downlink ``base``
     sends that client in training, over the floating entries of equal name and shape
-    (:func:`~fedaug.privacy.clip.update_entries`): each entry's distance in its own dtype
-    (:func:`torch.dist`, one pass, no temporary), combined in float64. The server computes it as a
-    reply arrives (:func:`~fedaug.engine.exchange.exchange`'s ``on_accept``), while the reply is still
-    in the cache: it is a read of every weight of every upload.
+    (:func:`~fedaug.privacy.clip.update_entries`): each entry's difference and its L2 norm in its own
+    dtype, the norms combined in float64. The server computes it as a reply
+    arrives (:func:`~fedaug.engine.exchange.exchange`'s ``on_accept``), while the reply is still in the
+    cache: it is a read of every weight of every upload.
 
     Args:
         base: the server rule (the component that owns the model weights).
         server: its server state (as it was when the round's messages were built).
         client_id: the client.
         reply: its validated training reply.
+        scratch: buffers for the differences, by shape, dtype and device, kept by the caller across
+            a round's replies (a fresh ``w_k - w`` per entry would allocate, and fault in, a model's
+            worth of memory per upload).
     """
     sent, part = base.downlink(server, client_id, "train"), reply.message[base.name]
-    dists = [torch.dist(part[k], sent[k]) for k in update_entries(part, sent)]
-    return float(torch.stack(dists).double().square().sum().sqrt()) if dists else 0.0
+    scratch = {} if scratch is None else scratch
+    norms = []
+    for k in update_entries(part, sent):
+        t = part[k]
+        key = (t.shape, t.dtype, t.device)
+        if key not in scratch:
+            scratch[key] = torch.empty_like(t, memory_format=torch.contiguous_format)
+        norms.append(torch.linalg.vector_norm(torch.sub(t, sent[k], out=scratch[key])))
+    return float(torch.stack(norms).double().square().sum().sqrt()) if norms else 0.0
 
 
 def update_norms(base: Component, server: State, replies: Mapping[int, Reply]) -> dict[int, float]:

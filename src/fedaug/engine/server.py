@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
@@ -217,9 +217,10 @@ class Server:
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
         base = self.recipe.base
         norms: dict[int, float] = {}  # each upload's update norm, taken as it arrives (engine/screen.py)
+        scratch: dict[tuple[Any, ...], Tensor] = {}
 
         def measure(cid: int, reply: Reply) -> None:
-            norms[cid] = update_norm(base, self.server[base.name], cid, reply)
+            norms[cid] = update_norm(base, self.server[base.name], cid, reply, scratch)
 
         train = self._exchange("train", r, lr, sampled, measure if base.keeps_global_model else None)
         updates = screen_updates(cfg.trust, base, self.server[base.name], train, r, norms)
