@@ -236,6 +236,33 @@ def compare_workers(jobs: list[Job], rounds: int, repeats: int, counts: list[int
     print()
 
 
+def profile(job: Job, top: int) -> None:
+    """cProfile of one round of ``job`` on the engine (after two warm-up rounds, one thread): the entries
+    with the most own time."""
+    import cProfile
+    import pstats
+
+    from fedaug.core.runtime import configure_process
+    from fedaug.engine.simulate import build_simulation
+
+    cfg = engine_config(job, 3, 1, 1)
+    configure_process(1)
+    sim = build_simulation(cfg)
+    sim.run_round(1)
+    sim.run_round(2)
+    prof = cProfile.Profile()
+    prof.enable()
+    sim.run_round(3)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    print(f"## cProfile of one {job.name} round: {stats.total_tt:.3f} s, {stats.total_calls} calls\n")
+    print("| function | calls | own ms | share |\n|---|---:|---:|---:|")
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (file, line, fn), (_, calls, own, _, _) in rows:
+        where = file.split("site-packages/")[-1].split("/src/")[-1] if file != "~" else "builtin"
+        print(f"| {where}:{line}({fn}) | {calls} | {own * 1000:.1f} | {100 * own / stats.total_tt:.1f} % |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", nargs="+", default=["W1", "W2"], choices=sorted(JOBS))
@@ -244,6 +271,8 @@ def main() -> None:
     parser.add_argument("--pin", type=int, default=None, help="pin the engine/bare comparison to this core")
     parser.add_argument("--workers-only", action="store_true", help="only the worker scaling")
     parser.add_argument("--bare-only", action="store_true", help="only the engine / bare comparison")
+    parser.add_argument("--profile", type=int, metavar="N", help="print the N entries of one round's cProfile with "
+                                                                  "the most own time (first job), and stop")
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1 repeat (smoke run)")
     parser.add_argument("--device", default="cpu", help="where every run trains (e.g. cuda: the workers share it)")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
@@ -251,6 +280,9 @@ def main() -> None:
     args = parser.parse_args()
     rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
     jobs = [JOBS[j] for j in args.jobs]
+    if args.profile:
+        profile(jobs[0], args.profile)
+        return
     print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
     if not args.workers_only:
         compare_bare(jobs, rounds, repeats, args.pin, args.device)
