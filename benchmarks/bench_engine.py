@@ -58,41 +58,12 @@ def engine_rounds(num_clients: int, samples: int, participation: float, rounds: 
 
 
 def bare_rounds(num_clients: int, samples: int, rounds: int, steps: int) -> list[tuple[float, float]]:
-    """The same work written as a plain PyTorch FedAvg loop: load, SGD steps, weighted average."""
-    from fedaug.data.registry import load_dataset
-    from fedaug.models.registry import build_model
+    """The same work written as a plain PyTorch FedAvg loop (every client, every round; the loop of
+    ``bench_throughput.py``): load, SGD steps, weighted average."""
+    from bench_throughput import Job
+    from bench_throughput import bare_rounds as bare_loop
 
-    torch.set_num_threads(2)
-    data = load_dataset("synthetic", 0, **data_options(num_clients, samples))
-    torch.manual_seed(0)
-    model = build_model("small_cnn", 3, 10)
-    global_sd = {k: v.clone() for k, v in model.state_dict().items()}
-    times = []
-    for r in range(1, rounds + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        states, sizes = [], []
-        for k, client in enumerate(data.clients):
-            model.load_state_dict(global_sd)
-            model.train()
-            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-            g = torch.Generator().manual_seed(1000 * r + k)
-            x, y, n = client.train.x, client.train.y, len(client.train)
-            batches = []
-            while len(batches) < steps:
-                perm = torch.randperm(n, generator=g)
-                batches.extend(perm[i * 32:(i + 1) * 32] for i in range(n // 32))
-            for idx in batches[:steps]:
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
-            states.append({k2: v.detach().clone() for k2, v in model.state_dict().items()})
-            sizes.append(n)
-        total = sum(sizes)
-        global_sd = {k2: (sum(s[k2].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
-                     if v.is_floating_point() else max(s[k2] for s in states) for k2, v in global_sd.items()}
-        times.append((time.perf_counter() - t0, time.process_time() - c0))
-    return times
+    return bare_loop(Job("E", "small_cnn", 3, num_clients, samples, num_clients, steps, 32), rounds, threads=2)
 
 
 def child(kind: str, args: list[str]) -> None:

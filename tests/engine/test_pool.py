@@ -28,6 +28,7 @@ from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe, build_recipe
 from tests.conftest import tiny_raw
 from tests.engine.pool_helpers import KillOnce, RaiseIn, UnbuildableInWorkers
+from tests.engine.runs import start_run, wait_for_rounds
 from tests.engine.test_resume import comparable, summary_numbers
 
 #: method -> (base, augs, options): the issue's list (FedBN as the method and as FedAvg's bn="local";
@@ -95,16 +96,8 @@ def test_a_sigkilled_run_on_two_workers_resumes_to_the_uninterrupted_numbers(tmp
     cfg_file = tmp_path / "cfg.toml"
     cfg_file.write_text(dump_toml(raw))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fedaug", "run", str(cfg_file), "-q"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline, metrics = time.monotonic() + 120, None
-    while time.monotonic() < deadline and proc.poll() is None:  # wait until round 3 is recorded
-        found = list((tmp_path / "runs").glob("killed-*/metrics.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 3:
-            metrics = found[0]
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read().decode()}"
+    proc = start_run(cfg_file, env=env)
+    metrics = wait_for_rounds(proc, tmp_path / "runs", "killed", 3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run_dir = metrics.parent
@@ -202,16 +195,10 @@ def test_ctrl_c_ends_the_run_and_every_worker(tmp_path):
     raw.update(out_dir=str(tmp_path / "runs"), name="interrupted")
     cfg_file = tmp_path / "cfg.toml"
     cfg_file.write_text(dump_toml(raw))
-    proc = subprocess.Popen([sys.executable, "-m", "fedaug", "run", str(cfg_file), "-q"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)  # its own group, as a terminal's job
-    deadline, workers = time.monotonic() + 120, []
-    while time.monotonic() < deadline and proc.poll() is None:  # until round 2 is recorded
-        found = list((tmp_path / "runs").glob("interrupted-*/metrics.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 2:
-            workers = _workers_under(proc.pid)
-            break
-        time.sleep(0.05)
-    assert len(workers) == 2, f"no workers found: {proc.stderr.read().decode() if proc.poll() is not None else ''}"
+    proc = start_run(cfg_file, start_new_session=True)  # its own process group, as a terminal's job
+    wait_for_rounds(proc, tmp_path / "runs", "interrupted", 2)
+    workers = _workers_under(proc.pid)
+    assert len(workers) == 2
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     assert proc.wait(timeout=60) == 130
     assert "fedaug: interrupted" in proc.stderr.read().decode()

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from fedaug.engine.records import RunDir
 from fedaug.engine.runlock import LOCK
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
+from tests.engine.runs import start_run, wait_for_rounds
 from tests.engine.test_runlock import holder
 
 
@@ -70,17 +70,8 @@ def test_resume_after_sigkill_between_checkpoints_equals_uninterrupted(tmp_path)
     cfg_file = tmp_path / "cfg.toml"
     cfg_file.write_text(dump_toml(validate(raw).to_dict()))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "fedaug", "run", str(cfg_file), "-q"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    metrics = None
-    while time.monotonic() < deadline and proc.poll() is None:  # wait until round 4 is recorded
-        found = list((tmp_path / "runs").glob("killed-*/metrics.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 4:
-            metrics = found[0]
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read().decode()}"
+    proc = start_run(cfg_file, env=env)
+    metrics = wait_for_rounds(proc, tmp_path / "runs", "killed", 4)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run_dir = metrics.parent
