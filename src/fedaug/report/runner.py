@@ -147,8 +147,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
-#: thread count it started with, a grid directory may be moved, and a reused run keeps its name
-IGNORED = ("threads", "out_dir", "name")
+#: thread count it started with, a grid directory may be moved, a reused run keeps its name, and where a run
+#: is tracked ([log]) is not part of the experiment
+IGNORED = ("threads", "out_dir", "name", "log")
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
