@@ -41,8 +41,8 @@ def client_spread(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"std": None, "min": None, "worst10": None}
     n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
     ranked = sorted(values, key=lambda v: (not math.isnan(v), v))  # NaN first: a diverged client is the worst
+    mean = sum(ranked) / n  # summed in rank order: the result does not depend on the clients' order
+    std = math.sqrt(sum((v - mean) ** 2 for v in ranked) / n)
     worst = ranked[:worst_count(n)]
     return {"std": std, "min": ranked[0], "worst10": sum(worst) / len(worst)}

@@ -120,8 +120,10 @@ def legacy_base(case: str) -> str | None:
 
 
 def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
-    """``records`` in the bb05886 structure: without ``eval.comm``, legacy weights under the objective."""
+    """``records`` in the bb05886 structure: without ``eval.comm`` and ``eval.spread`` (issue 40: the
+    spread across clients, whose numbers tests/metrics/test_spread.py checks), legacy weights under the objective."""
     for rec in records:
+        assert set(rec["eval"].pop("spread")) == {"val_acc", "test_acc"}
         comm = rec["eval"].pop("comm")
         assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}
         if legacy_base is not None:

@@ -12,6 +12,7 @@ bb05886 record exactly).
 Two changes of the records' *structure* since then are intended and checked here, not hidden:
 
 - evaluation is an exchange like training, so each evaluation record gains its traffic (``eval.comm``);
+- each evaluation record gains the spread across clients (``eval.spread``: std, min, worst 10 %; issue 40);
 - a legacy ``base = "<local objective>"`` (``fedprox``, ``moon``, ...) is FedAvg + that objective, so the
   weights' bytes are listed under ``fedavg`` and the objective's own entry is 0 (the totals are unchanged).
 """
