@@ -37,7 +37,8 @@ from fedaug.engine.exchange import PhaseResult, exchange
 from fedaug.engine.finetune import finetune_senders
 from fedaug.engine.fleet import METERS, Fleet
 from fedaug.engine.progress import Progress
-from fedaug.engine.records import RunDir
+from fedaug.engine.records import CONFIG, SUMMARY, RunDir
+from fedaug.engine.tracking import Tracker
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
@@ -345,18 +346,27 @@ class Server:
                           "machine, or with the same threads, for the same numbers", stacklevel=2)
 
     # --- the whole run ------------------------------------------------------------------------
-    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
+            tracker: Tracker | None = None) -> dict[str, Any]:
         """Run the remaining rounds (with deterministic algorithms where ``cfg.deterministic`` asks,
         :func:`~fedaug.core.runtime.deterministic_algorithms`); write records to ``run_dir`` if
-        given; return the summary."""
-        with deterministic_algorithms(self.cfg.deterministic):
-            self._run_rounds(run_dir, progress)
-        summary = self.summary(run_dir.path if run_dir is not None else None)
-        if run_dir is not None:
-            run_dir.write_summary(summary)
+        given, and each round to ``tracker``'s backends (then the config and summary, and end
+        its run); return the summary."""
+        tracker = tracker if tracker is not None else Tracker([], self.task.metric)
+        try:
+            with deterministic_algorithms(self.cfg.deterministic):
+                self._run_rounds(run_dir, progress, tracker)
+            summary = self.summary(run_dir.path if run_dir is not None else None)
+            if run_dir is not None:
+                run_dir.write_summary(summary)
+                tracker.log_files([run_dir.path / CONFIG, run_dir.path / SUMMARY])
+        except BaseException as exc:
+            tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            raise
+        tracker.close()
         return summary
 
-    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None) -> None:
+    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None, tracker: Tracker) -> None:
         """Each remaining round: train, evaluate when due, record, checkpoint when due."""
         cfg = self.cfg
         total = cfg.train.rounds
@@ -371,6 +381,7 @@ class Server:
                 run_dir.append_round(record)
                 if r % cfg.checkpoint_every == 0 or r == total:
                     run_dir.save_checkpoint(r, self.checkpoint(), cfg.keep_checkpoints)
+            tracker.log_round(record)
             if progress is not None:
                 progress.update(r, self._progress_metric(record))
 
