@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up fedaug on a fresh machine: a virtual environment with torch 2.13.0 (CPU wheel) installed
-# first, fedaug with its data, Flower, privacy and test extras, and (as root) the optional Debian data packages.
+# first, fedaug with its data, Flower, privacy, tracking and test extras, and (as root) the optional Debian data packages.
 # Idempotent: a second call only re-checks. Used by `make run` and `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # torch first, from the local CPU wheel; the constraint stops any dependency pulling another build.
   pip install -q --disable-pip-version-check "torch==2.13.0"
   echo "torch==2.13.0" > "$VENV/constraints.txt"
-  pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,privacy,test]"
+  pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,privacy,tracking,test]"
   touch "$stamp"
 fi
 # The FFA layer's compiled CPU kernel (docs/fedfa.md): built once into ~/.cache/fedaug/kernels for runs
