@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedaug.config.load import load_config, parse_config, read_toml
+from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import to_json
-from fedaug.engine.records import CONFIG, REPORT
+from fedaug.engine.records import REPORT
 from fedaug.engine.simulate import run_experiment
 from fedaug.engine.tracking import log_run_files
 from fedaug.report.document import md_text, to_markdown
@@ -42,7 +42,7 @@ def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
     extra = (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
              if incidents else "")
     run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n{extra}")
-    log_run_files(parse_config(read_toml(run_dir.path / CONFIG)), run_dir.path, [run_dir.path / REPORT])
+    log_run_files(run_dir.path, [run_dir.path / REPORT])
     if fmt == "json":
         print(to_json(summary, indent=2))
     else:

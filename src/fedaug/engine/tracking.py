@@ -287,14 +287,15 @@ class Tracker:
         self.backends = []
 
 
-def log_run_files(cfg: RunConfig, run_dir: Path, files: Iterable[Path]) -> None:
-    """Add files written after the run (the CLI's ``report.md``) to its tracked MLflow run."""
+def log_run_files(run_dir: Path, files: Iterable[Path]) -> None:
+    """Add files written after the run (the CLI's ``report.md``) to the MLflow run that
+    ``run_dir``'s ``tracking.json`` names, if any (guarded like every tracking call)."""
     state_file = run_dir / TRACKING_FILE
     known = json.loads(state_file.read_text()).get("mlflow", {}) if state_file.is_file() else {}
-    if not cfg.log.mlflow or known.get("uri") != cfg.log.mlflow:
+    if "run_id" not in known:
         return
     tracker = Tracker([], "")
-    tracker._add("mlflow", lambda: MlflowBackend(_client(cfg.log.mlflow), known["run_id"]))
+    tracker._add("mlflow", lambda: MlflowBackend(_client(known["uri"]), known["run_id"]))
     tracker.log_files(files)
 
 
