@@ -1,6 +1,6 @@
 #!/bin/bash
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
-# the tests/gpu suite, then bench_device.py and bench_ffa.py on cuda. Each step has its own time limit
+# the tests/gpu suite, then bench_device.py, bench_ffa.py and bench_throughput.py (workers sharing the GPU) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 set -u
@@ -19,3 +19,4 @@ step env 60 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.versi
 step tests_gpu 240 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
 step bench_device 240 "$py" benchmarks/bench_device.py --devices cuda --threads 8
 step bench_ffa 120 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
+step bench_throughput 200 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only

@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import FUSED_MAX, TensorSpec, message_nbytes, part_nbytes, validate_part, value_extremes
+from fedaug.core.payload import (
+    FUSED_MAX,
+    PassedParts,
+    TensorSpec,
+    message_nbytes,
+    norm_bounded,
+    part_nbytes,
+    validate_part,
+    value_extremes,
+)
 
 SPEC = {"w": TensorSpec((2, 3), torch.float32), "n": TensorSpec((), torch.int64)}
 
@@ -104,3 +113,90 @@ def test_batched_extremes_flag_exactly_the_non_finite_tensors_and_bound_the_rest
     assert err.value.args[0].count("non-finite") == len(non_finite)
     for name, count in non_finite.items():
         assert f"'{name}' holds {count} non-finite value(s)" in err.value.args[0]
+
+
+def _exact_problems(part, spec, max_abs):
+    """validate_part's verdict the slow way: every tensor's extremes read (no norm shortcut)."""
+    problems = []
+    sizes: dict[str, int] = {}
+    for name in sorted(spec):
+        t = part[name]
+        lo_hi = (float(t.min()), float(t.max())) if torch.isfinite(t).all() else (math.nan, math.nan)
+        problems += spec[name].problems(name, t, max_abs, sizes, lo_hi)
+    return problems
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_norm_shortcut_never_passes_what_reading_the_extremes_refuses(seed):
+    """norm_bounded is one-sided: a tensor it passes holds finite values within the bound, so
+    validate_part's verdict and message equal those of reading every tensor's extremes."""
+    g = torch.Generator().manual_seed(seed)
+    bound = float(10 ** torch.randint(-1, 7, (), generator=g))
+    part, spec = {}, {}
+    for i in range(6):
+        dtype = (torch.float32, torch.float64)[i % 2]
+        scale = bound * float(torch.rand((), generator=g)) * (0.3 if i % 3 else 3.0)  # some near or over it
+        t = (torch.randn(int(torch.randint(1, 300, (), generator=g)), generator=g) * scale).to(dtype)
+        if torch.rand((), generator=g) < 0.3:
+            t[int(torch.randint(t.numel(), (), generator=g))] = (math.nan, math.inf, -math.inf, bound * 1.0001)[i % 4]
+        part[f"t{i}"], spec[f"t{i}"] = t, TensorSpec(tuple(t.shape), dtype)
+    want = _exact_problems(part, spec, bound)
+    if want:
+        with pytest.raises(PayloadError) as err:
+            validate_part(part, spec, "up", bound)
+        assert err.value.args[0] == "up: " + "; ".join(want)
+    else:
+        assert validate_part(part, spec, "up", bound) == part
+
+
+def test_norm_bounded_takes_only_what_its_norm_proves():
+    big = torch.full((4,), 0.6)  # norm 1.2: every |value| <= 1.2 <= 2.5, the half of 5
+    assert norm_bounded({"a": big, "b": big.double()}, 5.0) == {"a", "b"}
+    assert norm_bounded({"a": big}, 2.0) == set()  # 1.2 > 1.0: not proven (it would pass; the extremes decide)
+    assert norm_bounded({"nan": torch.tensor([1.0, math.nan]), "inf": torch.tensor([math.inf])}, None) == set()
+    assert norm_bounded({"huge": torch.tensor([3e38, 3e38])}, None) == set()  # the square overflows: not proven
+    assert norm_bounded({"half": big.half(), "int": torch.ones(3, dtype=torch.int64),
+                         "strided": torch.ones(4, 4)[:, 0], "empty": torch.ones(0)}, 10.0) == set()
+    assert norm_bounded({"free": big}, None) == {"free"}
+
+
+def test_a_spec_with_a_range_reads_the_extremes_however_small_the_norm():
+    spec = {"var": TensorSpec((2,), torch.float32, low=0.0)}
+    with pytest.raises(PayloadError, match=r"'var' holds -0\.001, below its smallest allowed value 0"):
+        validate_part({"var": torch.tensor([0.5, -0.001])}, spec, "up", 1e6)
+
+
+def test_passed_parts_reads_the_same_unchanged_tensors_once():
+    spec = {"w": TensorSpec((2, 3), torch.float32)}
+    w = torch.ones(2, 3)
+    checked = PassedParts()
+    checked.validate({"w": w}, spec, "down", "train")
+    w.view(-1)[0] = math.nan  # an in-place write bumps the version: read again, refused
+    with pytest.raises(PayloadError, match="'w' holds 1 non-finite"):
+        checked.validate({"w": w}, spec, "down", "train")
+    v = torch.ones(2, 3)
+    checked.validate({"w": v}, spec, "down", "train")
+    with torch.no_grad():
+        v.mul_(math.inf)
+    with pytest.raises(PayloadError, match="non-finite"):
+        checked.validate({"w": v}, spec, "down", "train")
+    u = torch.ones(2, 3)
+    checked.validate({"w": u}, spec, "down", "train")
+    with pytest.raises(PayloadError, match="has shape"):  # another key's spec is checked, not assumed
+        checked.validate({"w": u}, {"w": TensorSpec((3, 2), torch.float32)}, "down", "query")
+    with pytest.raises(PayloadError, match="missing 'x'"):
+        checked.validate({"w": u}, {**spec, "x": TensorSpec((), torch.float32)}, "down", "train")
+
+
+def test_passed_parts_skips_the_read_for_a_tensor_that_passed(monkeypatch):
+    from fedaug.core import payload
+
+    spec = {"w": TensorSpec((2, 3), torch.float32)}
+    w = torch.ones(2, 3)
+    checked = PassedParts()
+    checked.validate({"w": w}, spec, "down", "train")
+    calls = []
+    monkeypatch.setattr(payload, "validate_part", lambda *a, **k: calls.append(a))
+    checked.validate({"w": w}, spec, "down", "train")
+    checked.validate({"w": w}, spec, "down", "evaluate")  # another key: checked
+    assert len(calls) == 1

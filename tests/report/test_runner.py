@@ -182,6 +182,31 @@ def test_threads_are_capped_so_that_jobs_times_threads_fit_the_cores(tmp_path):
         plan(spec, tmp_path, jobs=3, cores=2)
 
 
+def test_jobs_workers_and_threads_share_the_cores_without_oversubscribing(tmp_path):
+    """The rule of docs/engine.md, "Workers": jobs x workers x threads <= cores, threads capped first."""
+    spec = tiny_spec(common={**tiny_spec().common, "threads": 4, "workers": 2})
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=2, cores=8)} == {2}
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=1, cores=8)} == {4}
+    assert {c.raw["threads"] for c in plan(spec, tmp_path, jobs=1, cores=2)} == {1}
+    for jobs, cores in ((2, 8), (1, 8), (1, 2), (3, 6)):
+        for c in plan(spec, tmp_path, jobs=jobs, cores=cores):
+            assert jobs * c.raw["workers"] * c.raw["threads"] <= cores
+    with pytest.raises(ConfigError, match=r"--jobs 2 x workers 2 = 4 processes would share 2 cores; lower --jobs, "
+                                          r"or workers \(--set workers=1\)"):
+        plan(spec, tmp_path, jobs=2, cores=2)
+
+
+def test_a_grid_on_two_workers_equals_the_grid_on_one(tmp_path, tiny_grid):
+    """Each cell's worker processes start from the grid's own process (one job: no daemonic parent)."""
+    spec = tiny_spec(seeds=[1], common={**tiny_spec().common, "workers": 2, "threads": 1})
+    outcomes = run_grid(spec, tmp_path / "two")
+    assert sorted(o.status for o in outcomes) == ["ran", "ran"]
+    two = summaries(tmp_path / "two")
+    one = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
+    assert all(v["environment"].pop("workers") == 2 for v in two.values())  # recorded where it ran, and how
+    assert {k: strip(v) for k, v in two.items()} == {k: strip(v) for k, v in one.items()}
+
+
 def test_locks(tmp_path):
     lock = tmp_path / "seed0.lock"
     assert claim(lock) and not claim(lock)  # held by this live process

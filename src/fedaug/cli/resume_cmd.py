@@ -18,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("run_dir", help="the run directory 'fedaug run' printed")
     p.add_argument("--device", help="compute the remaining rounds here (cpu, cuda, cuda:N, mps, auto) instead of "
                                     "on the run's own device; the resume warns that the device moved")
+    p.add_argument("--workers", type=int, help="train the remaining rounds' clients on this many worker processes "
+                                               "(the numbers do not change: docs/engine.md, 'Workers')")
     add_output_flags(p)
     p.set_defaults(func=main)
 
@@ -25,5 +27,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def main(args: argparse.Namespace) -> int:
     cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
-    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device)
+    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
+                                         workers=args.workers)
     return finish(summary, run_dir, args.format)

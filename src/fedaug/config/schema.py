@@ -149,7 +149,12 @@ class RunConfig:
     out_dir: str = opt("runs", "directory under which run directories are created")
     checkpoint_every: int = opt(5, "write a checkpoint every N rounds (and after the last)", lo=1)
     keep_checkpoints: int = opt(2, "how many most recent checkpoints to keep", lo=1)
-    threads: int = opt(2, "torch intra-op threads", lo=1)
+    threads: int = opt(2, "torch intra-op threads (of each worker process when workers > 1)", lo=1)
+    workers: int = opt(1, "worker processes that train a phase's clients in parallel (in-process engine); the "
+                          "records equal workers = 1 at the same threads; workers x threads should fit the cores",
+                       lo=1)
+    devices: list[str] = opt([], "devices of the worker processes, in turn (e.g. ['cuda:0', 'cuda:1']; several "
+                                 "workers may share one); empty: every worker on 'device'")
     device: str = opt("auto", "where tensors live: auto (CUDA if available, else cpu), cpu, cuda, cuda:N, mps; "
                               "resolved on the machine that runs (config.toml keeps it as written)")
     precision: str = opt("32", "float32, or the forward pass and loss under autocast (bf16-mixed; 16-mixed "
@@ -264,6 +269,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
                      for part, bound in cfg.trust.max_abs_parts.items() if bound <= 0]
     if isinstance(cfg.device, str) and not DEVICE_SYNTAX.fullmatch(cfg.device):
         problems.append(f"'device' must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+    if fits(cfg.devices, list[str]):
+        problems += [f"'devices[{i}]' must be auto, cpu, cuda, cuda:N or mps, got {d!r}"
+                     for i, d in enumerate(cfg.devices) if not DEVICE_SYNTAX.fullmatch(d)]
     fixed = sorted({"in_channels", "num_classes"} & set(cfg.model.options))
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "

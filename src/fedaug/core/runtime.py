@@ -132,3 +132,8 @@ def torch_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

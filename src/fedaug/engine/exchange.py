@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import Message, Spec, message_nbytes, validate_part
+from fedaug.core.payload import Message, Spec, message_nbytes, part_nbytes, validate_part
 from fedaug.engine.fleet import RECORD_NAME, Dropped, Fleet, Malformed, Reply
 from fedaug.methods.component import Component, Phase, State
 
@@ -111,7 +111,7 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
             continue
         for name in reply_specs:
             part = answer.message.get(name, {})
-            out.up[name] += message_nbytes({name: part})[name] if isinstance(part, Mapping) else 0
+            out.up[name] += part_nbytes(part) if isinstance(part, Mapping) else 0
         try:
             for name, spec in reply_specs.items():
                 validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from fedaug.core.payload import Message
+from fedaug.core.payload import Message, state_nbytes
 from fedaug.methods.component import Phase, State
 
 #: the name of the engine's own part of an evaluation reply: the client's meters (never a component's name).
@@ -90,3 +90,30 @@ class Fleet(Protocol):
     def restore(self, states: dict[int, dict[str, State]]) -> None:
         """Continue from :meth:`checkpoint`'s output."""
         ...
+
+
+class StatesHere:
+    """The per-client states of a fleet whose clients run from this process (one worker here, or worker
+    processes it feeds): kept here between rounds, checkpointed with the server (invariant 2)."""
+
+    def __init__(self) -> None:
+        self.client_states: dict[int, dict[str, State]] = {}
+
+    def keep(self, client_id: int, reply: Reply) -> None:
+        """Keep a training reply's new state (whatever the server makes of the upload)."""
+        if reply.state:
+            self.client_states[client_id] = reply.state
+        else:
+            self.client_states.pop(client_id, None)
+
+    def state_bytes(self) -> dict[int, int]:
+        return {cid: state_nbytes(st) for cid, st in self.client_states.items()}
+
+    def checkpoint(self) -> dict[int, dict[str, State]]:
+        return self.client_states
+
+    def restore(self, states: dict[int, dict[str, State]]) -> None:
+        self.client_states = states
+
+    def close(self) -> None:
+        """Release what the fleet holds beyond the states (worker processes); nothing by default."""

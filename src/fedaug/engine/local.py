@@ -9,7 +9,6 @@ any component's ``before_step`` (SCAFFOLD's correction sees true gradients) and 
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import torch
@@ -25,9 +24,8 @@ from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """A fresh local optimiser (state is never carried between rounds or clients)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """A fresh local optimiser over ``params``."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
@@ -35,18 +33,57 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, lr: float) -> torch.optim
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
 
 
+class LocalOptimizer:
+    """A worker's local optimiser, as good as new for every client: its state (momentum buffers,
+    Adam's moments and step) is never carried between rounds or clients. One optimiser is reset per
+    client (state cleared, hyperparameters restored, this round's learning rate) instead of built: a
+    tenth of a small client's fixed cost. A new one is built whenever the trainable parameters change.
+
+    Args:
+        cfg: local training options (``optimizer``, ``momentum``, ``weight_decay``).
+    """
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._params: list[nn.Parameter] = []
+        self._group: dict[str, object] = {}
+
+    def fresh(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+        """The optimiser over ``model``'s trainable parameters, at learning rate ``lr``, with no state."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = self._optimizer
+        if (opt is None or len(opt.param_groups) != 1 or len(params) != len(self._params)
+                or any(a is not b for a, b in zip(params, self._params))):
+            opt = self._optimizer = make_optimizer(params, self.cfg, lr)
+            self._params = params
+            self._group = {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+            return opt
+        opt.state.clear()
+        opt.param_groups[0].update(self._group, lr=lr)
+        return opt
+
+
 def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
     """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
     ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
     that component)."""
-    eval_ctx = dataclasses.replace(ctx, phase="evaluate")
+    eval_ctx = ctx.with_fields(phase="evaluate")
     eval_views = {c.name: eval_ctx.view(c.name) for c in recipe.components}
-    transforms = recipe.per_batch["transform_batch"]
-    views = {}
-    for i, c in enumerate(recipe.components):
-        before = tuple(b for b in recipe.components[:i] if b in transforms)
-        views[c.name] = dataclasses.replace(ctx.view(c.name), eval_inputs=partial(transform_inputs, before, eval_views))
-    return views
+    return {name: ctx.with_fields(component=name, eval_inputs=partial(transform_inputs, before, eval_views))
+            for name, before in recipe.transforms_before.items()}
+
+
+def _batches_per_epoch(n: int, cfg: TrainConfig) -> tuple[int, int]:
+    """``(batch size, batches per epoch)`` of a client with ``n`` training samples (:func:`batch_indices`)."""
+    bs = min(cfg.batch_size, n)
+    full = n // bs
+    return bs, full + (0 if cfg.drop_last or n - full * bs < 2 else 1)
+
+
+def num_local_steps(n: int, cfg: TrainConfig) -> int:
+    """How many optimiser steps a client with ``n`` training samples takes in a round (:func:`batch_indices`)."""
+    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * _batches_per_epoch(n, cfg)[1]
 
 
 def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
@@ -57,11 +94,8 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
     unless the client has fewer than ``batch_size`` samples (then each epoch is one batch of all
     of them); without it, a last batch of a single sample is dropped too (BatchNorm needs two).
     """
-    bs = min(cfg.batch_size, n)
-    full = n // bs
-    extra = 0 if cfg.drop_last or n - full * bs < 2 else 1
-    per_epoch = full + extra
-    want = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
+    bs, per_epoch = _batches_per_epoch(n, cfg)
+    want = num_local_steps(n, cfg)
     out: list[Tensor] = []
     while len(out) < want:
         perm = torch.randperm(n, generator=g, device=g.device)
@@ -71,7 +105,7 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
 
 def train_client(
     recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
-    precision: str = "32",
+    precision: str = "32", optimizers: LocalOptimizer | None = None,
 ) -> Reply:
     """Run one client's training phase on the worker model ``ctx.model``, on ``ctx.device``.
 
@@ -84,19 +118,20 @@ def train_client(
         precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (:mod:`fedaug.core.device`); with
             ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.worker.Worker`
             refuses it).
+        optimizers: the worker's :class:`LocalOptimizer` (default: a new one, for this client alone).
 
     Returns:
         The uplink message, the training metrics and the client's new per-client state.
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
-    ctx = dataclasses.replace(ctx, num_steps=len(steps))
+    ctx = ctx.with_fields(num_steps=len(steps))
     views = _component_views(recipe, ctx)
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.participants("train"):
             c.receive(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
         model.train()
-        optimizer = make_optimizer(model, cfg, ctx.lr)
+        optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
         forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
         transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
         scaler = grad_scaler(ctx.device, precision)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from fedaug.config.load import parse_config
@@ -50,9 +49,13 @@ CHECKPOINT_FORMAT = 1
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
 
+#: where and how fast a run computes, not what: a checkpoint restores whatever these were
+PLACEMENT = ("device", "workers", "devices")
+
+
 def _experiment(cfg: RunConfig) -> dict[str, Any]:
-    """``cfg`` as a dict without ``device``: what a checkpoint's config must equal to be restored."""
-    return {k: v for k, v in cfg.to_dict().items() if k != "device"}
+    """``cfg`` as a dict without :data:`PLACEMENT`: what a checkpoint's config must equal to be restored."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in PLACEMENT}
 
 
 @dataclass(frozen=True)
@@ -402,5 +405,5 @@ class Server:
             "final": self.last_eval, "best": self.best, "comm_total": self.comm_total,
             "run_dir": str(run_dir) if run_dir is not None else None,
             "data_info": self.federation.info,
-            "environment": environment(self.device, self.cfg.precision, self.cfg.deterministic),
+            "environment": self._environment(),
         }

@@ -20,10 +20,11 @@ from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.device import check_fits, resolve_device
 from fedaug.core.errors import ConfigError
-from fedaug.core.payload import Message, state_nbytes
+from fedaug.core.payload import Message
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
-from fedaug.engine.fleet import Reply
+from fedaug.engine.fleet import Reply, StatesHere
+from fedaug.engine.pool import ProcessFleet, WorkerDied
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
@@ -37,7 +38,7 @@ from fedaug.metrics.tasks import make_task
 Order = Callable[[list[int]], list[int]]
 
 
-class InProcessFleet:
+class InProcessFleet(StatesHere):
     """Every client of a dataset held in this process, trained in turn on one :class:`Worker`.
 
     Args:
@@ -57,6 +58,7 @@ class InProcessFleet:
 
     def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
                  on_device: bool = False) -> None:
+        super().__init__()
         self.worker, self.data = worker, data
         device = worker.device
         if on_device:
@@ -67,7 +69,6 @@ class InProcessFleet:
         else:
             self.clients = list(data.clients)
         self.order = execution_order or (lambda ids: ids)
-        self.client_states: dict[int, dict[str, State]] = {}
 
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
@@ -75,21 +76,9 @@ class InProcessFleet:
         for cid in ids:
             reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
                                     self.client_states.get(cid, {}))
-            if phase == "train":  # the client keeps its new state, whatever the server makes of its upload
-                if reply.state:
-                    self.client_states[cid] = reply.state
-                else:
-                    self.client_states.pop(cid, None)
+            if phase == "train":
+                self.keep(cid, reply)
             yield cid, reply
-
-    def state_bytes(self) -> dict[int, int]:
-        return {cid: state_nbytes(st) for cid, st in self.client_states.items()}
-
-    def checkpoint(self) -> dict[int, dict[str, State]]:
-        return self.client_states
-
-    def restore(self, states: dict[int, dict[str, State]]) -> None:
-        self.client_states = states
 
 
 class Simulation(Server):
@@ -109,10 +98,19 @@ class Simulation(Server):
         federation = Federation.of(data)
         federation.check(cfg)
         device = resolve_device(cfg.device)
-        model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
-        worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes), data.num_clients)
-        super().__init__(cfg, recipe, model, federation,
-                         InProcessFleet(worker, data, execution_order, on_device=cfg.data.on_device))
+        fleet: InProcessFleet | ProcessFleet
+        if cfg.workers > 1:
+            if execution_order is not None:
+                raise ConfigError("execution_order runs clients in a given order on one worker; with workers > 1 "
+                                  "they run as workers become free: set workers=1 to choose the order")
+            devices = [str(resolve_device(d)) for d in cfg.devices] or [str(device)]
+            fleet = ProcessFleet(cfg, recipe, data, device, devices)  # pickles the recipe before its setup
+            model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
+        else:
+            model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
+            worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes), data.num_clients)
+            fleet = InProcessFleet(worker, data, execution_order, on_device=cfg.data.on_device)
+        super().__init__(cfg, recipe, model, federation, fleet)
         self.data = data
 
     @property
@@ -120,17 +118,48 @@ class Simulation(Server):
         """Each client's per-client state ``{client id: {component name: state}}``."""
         return self.fleet.checkpoint()
 
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """:meth:`Server.run`, then stop the worker processes (``workers > 1``) however it ends."""
+        try:
+            return super().run(run_dir, progress)
+        except WorkerDied as exc:
+            where = f"'fedaug resume {run_dir.path}'" if run_dir is not None else "a resume of its run directory"
+            raise WorkerDied(str(exc).replace("'fedaug resume <run dir>'", where)) from None
+        finally:
+            self.close()
 
-def build_simulation(cfg: RunConfig, execution_order: Order | None = None) -> Simulation:
+    def _environment(self) -> dict[str, Any]:
+        """Where the run computed; with worker processes, the thread count they trained at (``threads``)
+        and how many there were (``workers``)."""
+        env = super()._environment()
+        if self.cfg.workers > 1:
+            env.update(threads=self.cfg.threads, workers=self.cfg.workers)
+        return env
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later round starts them again)."""
+        self.fleet.close()
+
+    def __enter__(self) -> "Simulation":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recipe: Recipe | None = None) -> Simulation:
     """Validate the method and the device, load the data and build a :class:`Simulation` (no files
     written, no process-wide setting changed: ``cfg.threads`` is applied by
     :func:`~fedaug.core.runtime.configure_process`, which the caller may run first).
+
+    Args:
+        recipe: the method (default: built from ``cfg.method``), e.g. one with your own components.
 
     Raises:
         ConfigError: among others, a ``device`` this machine does not have (before the data loads).
     """
     resolve_device(cfg.device)
-    recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
+    recipe = recipe or build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
     return Simulation(cfg, data, recipe, execution_order)
 
@@ -151,6 +180,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
+                      recipe: Recipe | None = None, workers: int | None = None,
                       tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
@@ -158,6 +188,9 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         device: where to compute the remaining rounds (``None``: the run's own ``device``), e.g. the
             CPU for a run that began on a GPU; the checkpoint restores with a warning that the
             device moved (the rounds after it are another sample of the experiment).
+        recipe: the method, for a run started with one of your own (default: built from the config).
+        workers: train the remaining rounds on this many worker processes (``None``: the run's own
+            ``workers``); the numbers are the same.
         tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.tracking.Tracker`);
             a tracked run continues its own MLflow run.
 
@@ -173,6 +206,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         stored = parse_config(read_toml(run_dir.path / CONFIG))
         payload = run_dir.load_latest()
         cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+        if workers is not None:
+            cfg = validate({**cfg.to_dict(), "workers": workers})
         if device is not None:
             cfg = validate({**cfg.to_dict(), "device": device})
         else:
@@ -183,7 +218,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
                                   f"'fedaug resume {path} --device cpu' (or another available device)") from None
         if cfg != stored and payload is None:
             run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
-        sim = build_simulation(cfg)
+        sim = build_simulation(cfg, recipe=recipe)
         if payload is not None:
             sim.restore(payload)
         run_dir.truncate_rounds(sim.round)

@@ -10,22 +10,20 @@ caller passes the client's state in and stores what comes back (invariant 2).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-
 import torch
 from torch import nn
 
 from fedaug.config.schema import RunConfig
 from fedaug.core.device import CPU, check_precision, module_device, to_device
 from fedaug.core.errors import ConfigError
-from fedaug.core.payload import Message, validate_part
+from fedaug.core.payload import Message, PassedParts
 from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import ClientData
 from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
 from fedaug.engine.finetune import finetune_meters, with_finetuned
 from fedaug.engine.fleet import Reply
-from fedaug.engine.local import train_client
+from fedaug.engine.local import LocalOptimizer, train_client
 from fedaug.engine.query import answer_query
 from fedaug.layers.attach import check_chains
 from fedaug.methods.component import PHASES, ClientCtx, Phase, State
@@ -89,6 +87,8 @@ class Worker:
                               "the optimiser step; use precision='bf16-mixed' (no gradient scaler) or '32'")
         self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
                            for phase in PHASES}
+        self.checked = PassedParts()  # the server's tensors are read once, not once per client
+        self.optimizers = LocalOptimizer(cfg.train)
 
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:
@@ -104,15 +104,17 @@ class Worker:
         """
         where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
         for name, spec in self.down_specs[phase].items():
-            validate_part(message.get(name), spec, f"round {r}: {where} to client {client_id}, part '{name}'")
+            self.checked.validate(message.get(name), spec, lambda: f"round {r}: {where} to client {client_id}, part "
+                                  f"'{name}'", (phase, name))
         dev, non_blocking = self.device, self.device.type == "cuda"
         message, state = to_device(message, dev), to_device(dict(state), dev)
-        client = client.to(dev, non_blocking) if phase == "evaluate" else replace(client, train=client.train.to(dev, non_blocking))
-        data = self.attack.training_split(phase, client_id, r, client.train)
+        if phase == "evaluate":
+            client = client.to(dev, non_blocking)
+        data = self.attack.training_split(phase, client_id, r, client.train.to(dev, non_blocking))
         ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task,
                         device=dev)
         if phase == "train":
-            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision)
+            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers)
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:

@@ -4,12 +4,13 @@ head and a feature tap on its input, frozen forwards, label counts and aggregati
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.errors import ConfigError
 from fedaug.methods.component import ClientCtx, Uplink
@@ -39,6 +40,36 @@ def sgd_momentum(optimizer: torch.optim.Optimizer, why: str) -> float:
     if not isinstance(optimizer, torch.optim.SGD):
         raise ConfigError(f"{why}; got train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
     return float(optimizer.param_groups[0]["momentum"])
+
+
+#: ``_load_from_state_dict`` of the modules :func:`load_entries` copies into directly: the default, and
+#: BatchNorm's (whose own step only fills in a missing batch counter, which then keeps its value)
+_PLAIN_LOADERS = (nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
+
+
+def load_entries(model: nn.Module, entries: Mapping[str, Tensor]) -> None:
+    """``model.load_state_dict(entries, strict=False)``, with two walks of the model instead of one call
+    per module (a quarter of a small client's fixed cost, issue 38): each entry that names a parameter
+    or buffer of ``model`` is copied into it, the others are ignored (as ``strict=False`` does).
+
+    Where ``load_state_dict`` would do anything else, it is called: a module with a state-dict hook or
+    its own loading (``_load_from_state_dict`` overridden, BatchNorm's aside), an entry whose shape
+    differs (its error, or its 1-element-to-scalar conversion) or an uninitialised (lazy) parameter.
+
+    Args:
+        model: the model, changed in place.
+        entries: ``{state_dict key: tensor}``.
+    """
+    plain = all(type(m)._load_from_state_dict in _PLAIN_LOADERS and not (
+        m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
+        or m._state_dict_pre_hooks) for m in model.modules())
+    own = model.state_dict(keep_vars=True) if plain else {}
+    pairs = [(own[k], v) for k, v in entries.items() if k in own]
+    if not plain or any(t.shape != v.shape or nn.parameter.is_lazy(t) for t, v in pairs):
+        model.load_state_dict(entries, strict=False)
+        return
+    with torch.no_grad():
+        torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
 
 
 def trainable(model: nn.Module) -> dict[str, nn.Parameter]:

@@ -29,7 +29,6 @@ every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
@@ -137,7 +136,14 @@ class ClientCtx:
 
     def view(self, component: str) -> "ClientCtx":
         """A view of this context for ``component``; views share their random streams' table."""
-        return dataclasses.replace(self, component=component)
+        return self.with_fields(component=component)
+
+    def with_fields(self, **changes: Any) -> "ClientCtx":
+        """A copy with ``changes`` (``dataclasses.replace`` without re-running ``__init__``: it is paid
+        several times per client; the random streams' table stays shared)."""
+        copy = object.__new__(ClientCtx)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
 
 Closure = Callable[[], Tensor]

@@ -10,7 +10,7 @@ from typing import Any
 from fedaug.core.errors import ConfigError
 from fedaug.core.registry import Registry
 from fedaug.data.registry import check_options
-from fedaug.methods.component import Component, Phase
+from fedaug.methods.component import PHASES, Component, Phase
 
 METHODS: Registry[type[Component]] = Registry("method")
 
@@ -87,10 +87,15 @@ class Recipe:
         self.per_batch = {
             hook: tuple(c for c in components if overrides(c, hook)) for hook in PER_BATCH
         }
+        self._participants = {phase: tuple(c for c in components if phase in c.phases) for phase in PHASES}
+        transforms = self.per_batch["transform_batch"]
+        #: each component's evaluation-mode input pipeline: the components before it that transform batches
+        self.transforms_before = {c.name: tuple(b for b in components[:i] if b in transforms)
+                                  for i, c in enumerate(components)}
 
     def participants(self, phase: Phase) -> tuple[Component, ...]:
         """The components that take part in ``phase``, in recipe order."""
-        return tuple(c for c in self.components if phase in c.phases)
+        return self._participants[phase]
 
 
 def build_component(name: str, options: Mapping[str, Any]) -> Component:

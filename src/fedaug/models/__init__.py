@@ -7,6 +7,7 @@ from fedaug.models import (  # noqa: F401  (registers)
     digit_model,
     harnet,
     lenet5,
+    mlp,
     mobilenetv2_cifar,
     resnet_cifar,
     small_cnn,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
 from torch import Tensor
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from fedaug.config.load import flatten, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
-from fedaug.core.runtime import configure_process, torch_threads
+from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records import CONFIG, SUMMARY
 from fedaug.engine.simulate import resume_experiment, run_experiment
@@ -110,19 +110,19 @@ def find_run(directory: Path) -> Path | None:
     return max(runs, key=lambda p: p.name) if runs else None
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
          reuse: dict[str, Path] | None = None) -> list[Cell]:
     """Every cell of ``spec``, seed-major (a partial grid still pairs methods on the same seeds),
-    each config with ``threads`` capped at ``cores // jobs`` so that jobs x threads <= cores, and
-    the finished run in ``reuse`` (from :func:`finished_runs`) with the same config, if any.
+    and the finished run in ``reuse`` (from :func:`finished_runs`) with the same config, if any.
+
+    The cores are shared, never oversubscribed: ``jobs`` cells run at once, each with its config's
+    ``workers`` processes (1: the cell's own process) of ``threads`` torch threads, so ``threads`` is
+    capped at ``cores // (jobs x workers)`` and ``jobs x workers x threads <= cores`` (docs/engine.md,
+    "Workers").
 
     Raises:
-        ConfigError: ``jobs`` is below 1 or above the available cores.
+        ConfigError: ``jobs`` is below 1 or above the available cores, or ``jobs x workers`` of a cell
+            exceeds them.
     """
     cores = cores or available_cores()
     if not 1 <= jobs <= cores:
@@ -133,7 +133,12 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
             for method in spec.methods:
                 raw = spec.raw(setting, method, seed)
                 directory = cell_dir(out, setting, method, seed)
-                threads = min(parse_config(raw).threads, max(1, cores // jobs))
+                cfg = parse_config(raw)
+                if jobs * cfg.workers > cores:
+                    raise ConfigError(f"--jobs {jobs} x workers {cfg.workers} = {jobs * cfg.workers} processes "
+                                      f"would share {cores} cores; lower --jobs, or workers "
+                                      f"(--set workers={max(1, cores // jobs)})")
+                threads = min(cfg.threads, max(1, cores // (jobs * cfg.workers)))
                 raw.update(name=slug(method), out_dir=str(directory), threads=threads)
                 source = (reuse or {}).get(config_key(raw))
                 if source is not None and source.resolve().is_relative_to(directory.resolve()):
@@ -143,9 +148,10 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
 
 
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
-#: thread count it started with, a grid directory may be moved, a reused run keeps its name, and where a run
-#: is tracked ([log]) is not part of the experiment
-IGNORED = ("threads", "out_dir", "name", "log")
+#: thread count it started with, a grid directory may be moved, a reused run keeps its name, where a run
+#: computes (worker processes, their devices) changes none of its numbers, and where it is tracked ([log])
+#: is not part of the experiment
+IGNORED = ("threads", "out_dir", "name", "workers", "devices", "log")
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:

@@ -200,6 +200,16 @@ def test_a_malformed_evaluation_downlink_over_flower_drops_that_client_naming_th
         assert set(rec["eval"]["clients"]) == {"client1", "client2"}
 
 
+def test_workers_are_the_in_process_engines_and_flower_says_they_change_nothing(tmp_cfg):
+    from fedaug.config.schema import validate
+
+    cfg = validate({**tmp_cfg("fedavg-bn-local").to_dict(), "workers": 2})
+    with pytest.warns(UserWarning, match=r"workers=2 and devices=\[\] place the in-process engine's clients; on "
+                                         r"Flower every SuperNode runs its own client"):
+        got = run_in_process(cfg, 3)
+    assert got["rounds"] == cfg.train.rounds
+
+
 def test_finetuned_and_sampled_evaluation_give_the_same_numbers_over_flower(tmp_cfg):
     """eval.finetune_steps sends the training downlinks under finetune/<name> in the evaluation
     message; over Flower's records they arrive as in-process, and so do the fine-tuned figures."""

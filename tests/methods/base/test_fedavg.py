@@ -84,3 +84,16 @@ def test_a_negative_batchnorm_running_variance_or_counter_fails_the_uplink_spec_
     for key, bad in (("bn.running_var", torch.tensor([-0.5])), ("bn.num_batches_tracked", torch.tensor(-1))):
         with pytest.raises(PayloadError, match=f"'{key}' holds -0.5|'{key}' holds -1, below its smallest allowed value 0"):
             validate_part({**good, key: bad}, spec, "up")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_weighted_average_rounds_as_the_textbook_loop_does(seed):
+    """Bit for bit ``acc += t.double() * w_k`` (FedAvg's records before its buffer reuse, issue 38)."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(37, 5, generator=g) * 10 ** float(torch.randint(-3, 4, (), generator=g)) for _ in range(9)]
+    weights = torch.randint(1, 50, (9,), generator=g).double().tolist()
+    w = torch.tensor(weights, dtype=torch.float64)
+    acc = torch.zeros(37, 5, dtype=torch.float64)
+    for wk, t in zip((w / w.sum()).tolist(), tensors):
+        acc += t.double() * wk
+    assert torch.equal(weighted_average(tensors, weights), acc.float())

@@ -11,6 +11,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.methods._common import load_entries
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import check_choice, range_problem
 from fedaug.methods.recipe import METHODS
@@ -55,8 +56,9 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
         return torch.stack(list(tensors)).amax(0)
     w = torch.tensor(weights, dtype=torch.float64)
     acc = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
+    term = torch.empty_like(acc)  # one buffer for every client's w_k t_k: no allocation per client
     for wk, t in zip((w / w.sum()).tolist(), tensors):  # host scalars: no host-to-device copy per tensor
-        acc += t.to(torch.float64) * wk
+        acc += term.copy_(t).mul_(wk)  # the float64 cast is exact; then the same two roundings as t * wk
     return acc.to(tensors[0].dtype)
 
 
@@ -162,10 +164,10 @@ class FedAvg(Component):
             self._received = {k: v.detach().clone() for k, v in part.items()}
 
     def _load(self, model: nn.Module, shared: Part, state: State) -> None:
-        model.load_state_dict(shared, strict=False)
+        load_entries(model, shared)
         if self.bn == "local":
             if "bn" in state:
-                model.load_state_dict(state["bn"], strict=False)
+                load_entries(model, state["bn"])
             else:  # a client's first round: fresh statistics, never another client's
                 for module in model.modules():
                     if isinstance(module, _NormBase) and module.track_running_stats:

@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.payload import Part
-from fedaug.methods._common import detached
+from fedaug.methods._common import detached, load_entries
 from fedaug.methods.component import State
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS
@@ -52,5 +52,5 @@ class FedBN(FedAvg):
         return norm_layer_keys(model)
 
     def _load(self, model: nn.Module, shared: Part, state: State) -> None:
-        model.load_state_dict(shared, strict=False)
-        model.load_state_dict(state.get("bn", self._initial), strict=False)
+        load_entries(model, shared)
+        load_entries(model, state.get("bn", self._initial))

@@ -1,0 +1,267 @@
+"""Throughput benchmark: the engine against a bare PyTorch loop doing the same steps, and clients in
+parallel worker processes (issue "Throughput"; not a test: it reports, it does not assert).
+
+Two jobs (FedAvg, evaluation off, SGD lr 0.05, momentum 0.9, weight decay 5e-4):
+
+- **W1, compute-bound**: ``small_cnn`` on 3x28x28, 100 clients of 320 samples, 10 a round, 10 local
+  steps of 32.
+- **W2, many small clients**: FedAvg's 2NN (``mlp``, 784-200-200-10) on 1x28x28, 1,000 clients of
+  20 samples, 100 a round, 2 local steps of 10.
+
+Every measurement is a fresh subprocess (one warm-up round, then timed rounds); the engine and the
+bare loop alternate so that machine noise hits both. Reported: median s/round, clients/s,
+samples/s (training samples processed), the ratio engine / bare of the medians, and each process's
+peak RSS. ``--pin CPU`` pins every child to that core (compare on one core with ``--threads 1``).
+Then ``workers`` = 1, 2 (4, 8 where the machine has the cores) at ``threads`` = 1 each, against
+``workers = 1`` with that many threads.
+
+Run: ``.venv/bin/python benchmarks/bench_throughput.py --pin 0`` (ratios on one core, ~6 min on 2
+cores); ``--workers-only`` for the worker scaling alone; ``--quick`` for a smoke run; ``--jobs M
+--device cuda --workers 1 2 4 8`` for mobilenetv2_cifar clients on one GPU (benchmarks/gpu_checks.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark job (the clients' data come from the ``synthetic`` dataset)."""
+
+    name: str
+    model: str
+    channels: int
+    num_clients: int
+    samples: int
+    per_round: int
+    steps: int
+    batch: int
+    size: int = 28
+
+    @property
+    def data_options(self) -> dict:
+        return {"num_clients": self.num_clients, "samples_per_client": self.samples, "num_classes": 10,
+                "channels": self.channels, "size": self.size}
+
+
+JOBS = {
+    "W1": Job("W1", "small_cnn", 3, 100, 320, 10, 10, 32),
+    "W2": Job("W2", "mlp", 1, 1000, 20, 100, 2, 10),
+    "M": Job("M", "mobilenetv2_cifar", 3, 100, 64, 10, 2, 32, size=32),  # the FLea paper's CIFAR model
+}
+LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
+
+
+def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu"):
+    from fedaug.config.schema import validate
+
+    return validate({
+        "seed": 0, "threads": threads, "workers": workers, "device": device,
+        "data": {"name": "synthetic", "options": job.data_options},
+        "model": {"name": job.model},
+        "train": {"rounds": rounds, "participation": job.per_round / job.num_clients, "local_steps": job.steps,
+                  "batch_size": job.batch, "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY},
+        "eval": {"every": 10**6},
+    })
+
+
+def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu") -> list[tuple[float, float]]:
+    """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it)."""
+    from fedaug.core.runtime import configure_process
+    from fedaug.engine.simulate import build_simulation
+
+    cfg = engine_config(job, rounds, threads, workers, device)
+    configure_process(cfg.threads)
+    sim = build_simulation(cfg)
+    times = []
+    with sim:
+        for r in range(1, rounds + 1):
+            t0, c0 = time.perf_counter(), time.process_time()
+            sim.run_round(r)
+            _sync(device)
+            times.append((time.perf_counter() - t0, time.process_time() - c0))
+    return times
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> list[tuple[float, float]]:
+    """The same work as a plain PyTorch FedAvg loop: sample, load the global weights, the local SGD
+    steps on reshuffled mini-batches, copy the weights, average them weighted by samples."""
+    from fedaug.core.runtime import configure_process
+    from fedaug.data.registry import load_dataset
+    from fedaug.models.registry import build_model
+
+    configure_process(threads)
+    data = load_dataset("synthetic", 0, **job.data_options)
+    torch.manual_seed(0)
+    model = build_model(job.model, job.channels, 10).to(device)
+    global_sd = {k: v.clone() for k, v in model.state_dict().items()}
+    times = []
+    for r in range(1, rounds + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        sampled = sorted(torch.randperm(job.num_clients, generator=torch.Generator().manual_seed(r))[:job.per_round])
+        states, sizes = [], []
+        for k in sampled:
+            client = data.clients[int(k)]
+            model.load_state_dict(global_sd)
+            model.train()
+            opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+            g = torch.Generator(device).manual_seed(1000 * r + int(k))
+            x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
+            bs = min(job.batch, n)
+            batches: list[torch.Tensor] = []
+            while len(batches) < job.steps:
+                perm = torch.randperm(n, generator=g, device=device)
+                batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
+            for idx in batches[:job.steps]:
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+                loss.backward()
+                opt.step()
+            states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
+            sizes.append(n)
+        total = sum(sizes)
+        global_sd = {name: (sum(s[name].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
+                     if v.is_floating_point() else max(s[name] for s in states) for name, v in global_sd.items()}
+        _sync(device)
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    return times
+
+
+def child(spec: dict) -> None:
+    """Run one measurement in this process; print JSON: round times and peak RSS (MB)."""
+    if spec.get("pin") is not None:
+        os.sched_setaffinity(0, {spec["pin"]})
+    job = JOBS[spec["job"]]
+    device = spec.get("device", "cpu")
+    if spec["kind"] == "engine":
+        times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device)
+    else:
+        times = bare_rounds(job, spec["rounds"], spec["threads"], device)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps({"times": times, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "children_peak_mb": children}))
+
+
+def measure(**spec: object) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"child {spec} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def row(job: Job, label: str, times: list[list[float]], peak: float | None) -> str:
+    """A table row from ``(wall, cpu)`` round times: wall-clock figures, the CPU seconds of this process."""
+    wall = statistics.median(t[0] for t in times)
+    cpu = statistics.median(t[1] for t in times)
+    return (f"| {job.name} | {label} | {wall:.4f} | {cpu:.4f} | {job.per_round / wall:.1f} "
+            f"| {job.per_round * job.steps * job.batch / wall:.0f} | {'' if peak is None else f'{peak:.0f}'} |")
+
+
+HEADER = ("| job | loop | median s/round | median CPU s/round | clients/s | samples/s | peak RSS (MB) |\n"
+          "|---|---|---:|---:|---:|---:|---:|")
+
+
+def timed(result: dict) -> list[list[float]]:
+    return result["times"][1:]  # the first round pays one-time costs (lazy imports, allocator warm-up)
+
+
+def compare_bare(jobs: list[Job], rounds: int, repeats: int, pin: int | None, device: str = "cpu") -> None:
+    """Engine (workers = 1) against the bare loop, alternating, one thread each."""
+    print(f"## Engine against the bare loop on {device} (1 thread{f', pinned to core {pin}' if pin is not None else ''}; "
+          f"{repeats} alternating repeats x {rounds} timed rounds after 1 warm-up)\n")
+    print(HEADER)
+    for job in jobs:
+        eng: list[list[float]] = []
+        bare: list[list[float]] = []
+        ratios = []
+        peaks = {"engine": 0.0, "bare": 0.0}
+        for _ in range(repeats):
+            e = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=1, workers=1, pin=pin, device=device)
+            b = measure(kind="bare", job=job.name, rounds=rounds + 1, threads=1, pin=pin, device=device)
+            eng += timed(e)
+            bare += timed(b)
+            ratios.append(statistics.median(t[0] for t in timed(e)) / statistics.median(t[0] for t in timed(b)))
+            peaks["engine"] = max(peaks["engine"], e["peak_mb"])
+            peaks["bare"] = max(peaks["bare"], b["peak_mb"])
+        print(row(job, "fedaug engine", eng, peaks["engine"]))
+        print(row(job, "bare PyTorch", bare, peaks["bare"]))
+        wall, cpu = (statistics.median(t[i] for t in eng) / statistics.median(t[i] for t in bare) for i in (0, 1))
+        print(f"| {job.name} | **engine / bare** | **{wall:.3f}** | **{cpu:.3f}** | per repeat (wall): "
+              f"{', '.join(f'{r:.3f}' for r in ratios)} | | |")
+    print()
+
+
+def compare_workers(jobs: list[Job], rounds: int, repeats: int, counts: list[int], device: str = "cpu") -> None:
+    """``workers = k, threads = 1`` against ``workers = 1, threads = k`` on all cores, alternating
+    (CPU seconds: the server process's own, without its workers'); on a GPU, all workers share it."""
+    print(f"## Workers on {device} (all cores; {repeats} alternating repeats x {rounds} timed rounds after 1 warm-up)\n")
+    print(HEADER.replace("| loop |", "| setting |"))
+    for job in jobs:
+        one: list[list[float]] = []
+        for _ in range(repeats):
+            one += timed(measure(kind="engine", job=job.name, rounds=rounds + 1, threads=1, workers=1, device=device))
+        print(row(job, "workers = 1, threads = 1", one, None))
+        for k in counts[1:]:
+            par: list[list[float]] = []
+            wide: list[list[float]] = []
+            peak = 0.0
+            for _ in range(repeats):
+                p = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=1, workers=k, device=device)
+                w = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=k, workers=1, device=device)
+                par += timed(p)
+                wide += timed(w)
+                peak = max(peak, p["peak_mb"] + p["children_peak_mb"] * k)
+            print(row(job, f"workers = 1, threads = {k}", wide, None))
+            print(row(job, f"**workers = {k}, threads = 1**", par, peak))
+            gain = statistics.median(t[0] for t in wide) / statistics.median(t[0] for t in par)
+            over_one = statistics.median(t[0] for t in one) / statistics.median(t[0] for t in par)
+            print(f"| {job.name} | **speed-up** of workers = {k} over threads = {k} | **{gain:.2f}x** | | "
+                  f"over one core: {over_one:.2f}x | | |")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", nargs="+", default=["W1", "W2"], choices=sorted(JOBS))
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per measurement (after 1 warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repeats")
+    parser.add_argument("--pin", type=int, default=None, help="pin the engine/bare comparison to this core")
+    parser.add_argument("--workers-only", action="store_true", help="only the worker scaling")
+    parser.add_argument("--bare-only", action="store_true", help="only the engine / bare comparison")
+    parser.add_argument("--quick", action="store_true", help="2 rounds x 1 repeat (smoke run)")
+    parser.add_argument("--device", default="cpu", help="where every run trains (e.g. cuda: the workers share it)")
+    parser.add_argument("--workers", type=int, nargs="+", default=None,
+                        help="worker counts to compare (default 1, 2, 4, 8 up to the cores)")
+    args = parser.parse_args()
+    rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
+    jobs = [JOBS[j] for j in args.jobs]
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
+    if not args.workers_only:
+        compare_bare(jobs, rounds, repeats, args.pin, args.device)
+    if not args.bare_only:
+        cores = len(os.sched_getaffinity(0))
+        counts = args.workers or [k for k in (1, 2, 4, 8) if k <= max(cores, 2)]
+        compare_workers(jobs, rounds, repeats, sorted({1, *counts}), args.device)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]))
+    else:
+        main()
