@@ -133,3 +133,13 @@ def test_finetuning_keeps_nothing_the_run_continues_as_without_it():
 def test_bad_eval_options_are_refused(key, value, match):
     with pytest.raises(ConfigError, match=match):
         config(**{key: value})
+
+
+def test_finetuned_evaluation_on_two_workers_equals_one_worker():
+    """The worker processes fine-tune as the in-process worker does (FedFA: its training downlink
+    travels under finetune/fedfa), bit for bit at one thread per worker."""
+    from tests.engine.test_pool import config as pool_config, records as pool_records
+
+    one = pool_records(build_simulation(pool_config(1, "fedfa", eval={"finetune_steps": 2})), 2)
+    two = pool_records(build_simulation(pool_config(2, "fedfa", eval={"finetune_steps": 2})), 2)
+    assert two == one and '"finetune/fedfa"' in one and '"finetuned"' in one

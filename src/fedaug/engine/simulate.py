@@ -118,10 +118,11 @@ class Simulation(Server):
         """Each client's per-client state ``{client id: {component name: state}}``."""
         return self.fleet.checkpoint()
 
-    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
+            tracker: Tracker | None = None) -> dict[str, Any]:
         """:meth:`Server.run`, then stop the worker processes (``workers > 1``) however it ends."""
         try:
-            return super().run(run_dir, progress)
+            return super().run(run_dir, progress, tracker)
         except WorkerDied as exc:
             where = f"'fedaug resume {run_dir.path}'" if run_dir is not None else "a resume of its run directory"
             raise WorkerDied(str(exc).replace("'fedaug resume <run dir>'", where)) from None
