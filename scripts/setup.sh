@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up fedaug on a fresh machine: a virtual environment with torch 2.13.0 (CPU wheel) installed
 # first, fedaug with its data, Flower, privacy, gpu (triton: the FFA layer's CUDA kernel, tested under Triton's
-# interpreter without a GPU) and test extras, and (as root) the optional Debian data packages.
+# interpreter without a GPU), tracking and test extras, and (as root) the optional Debian data packages.
 # Idempotent: a second call only re-checks. Used by `make run` and `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # torch first, from the local CPU wheel; the constraint stops any dependency pulling another build.
   pip install -q --disable-pip-version-check "torch==2.13.0"
   echo "torch==2.13.0" > "$VENV/constraints.txt"
-  pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,privacy,gpu,test]"
+  pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,privacy,gpu,tracking,test]"
   touch "$stamp"
 fi
 # The FFA layer's compiled CPU kernel (docs/fedfa.md): built once into ~/.cache/fedaug/kernels for runs

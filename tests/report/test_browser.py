@@ -48,3 +48,30 @@ def test_report_renders_in_headless_chromium(tiny_grid, tmp_path):
     # where each image is: the curves (first) sit below the tables, in the page's width
     rows = np.flatnonzero((np.abs(pixels - np.array(BLUE)) <= 12).all(axis=-1).any(axis=1))
     assert rows.min() > 300 and rows.max() < HEIGHT
+
+
+def test_report_of_a_finetuned_run_shows_the_spread_and_finetuned_columns_in_chromium(tmp_path):
+    """The browser's own DOM of the page (``--dump-dom``) holds the columns of issue 40 with the run's numbers."""
+    import html
+    import re
+
+    from fedaug.config.schema import validate
+    from fedaug.engine.simulate import run_experiment
+    from tests.conftest import tiny_raw
+
+    raw = tiny_raw(rounds=2)
+    raw.update(out_dir=str(tmp_path / "runs"), name="tuned", eval={"finetune_steps": 2})
+    summary, run_dir = run_experiment(validate(raw), quiet=True)
+    files = write_report([run_dir.path], tmp_path / "report")
+    dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          files["html"].resolve().as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[hd][^>]*>.*?</t[hd]>", dom)]
+    for head in ("std over clients final (%)", "worst client final (%)",
+                 "mean of the worst 10 % of clients final (%)", "fine-tuned final test acc (%)"):
+        assert head in cells
+    ev = summary["final"]["eval"]
+    worst = ev["spread"]["test_acc"]["min"]
+    tuned = ev["finetuned"]["mean"]["test_acc"]
+    row = cells[cells.index("tuned"):]
+    assert f"{100 * worst:.2f} ± 0.00" in row[:14] and f"{100 * tuned:.2f} ± 0.00" in row[:14]

@@ -189,3 +189,49 @@ def test_overview_has_a_row_per_setting_and_a_column_per_method():
     assert table.rows == [["Dir(0.5)", "62.00 ± 2.00", "71.00 ± 1.00 (+9.00, p 0.0123)"],
                           ["Dir(0.1)", "52.00 ± 2.83 [n=2]", "-"],
                           ["Qua(3)", "50.00 ± 10.00", "55.00 ± 7.07 (-1.00, p n/a) [n=2]"]]
+
+
+def test_spread_across_clients_equals_the_records(tiny_grid):
+    """Each run's std / worst client / worst 10 % equal numpy on its clients' test accuracies; the
+    comparison's columns are their mean ± std over seeds."""
+    summary = summarize(load_results([tiny_grid]))
+    c = summary["settings"]["default"]["methods"]["FedAvg lr 0.2"]
+    per_seed = []
+    for seed in (0, 1):
+        summ, _ = records(tiny_grid, "fedavg-lr-0.2", seed)
+        accs = [v["test"]["acc"] for v in summ["final"]["eval"]["clients"].values()]
+        spread = summ["final"]["eval"]["spread"]["test_acc"]
+        assert spread["std"] == pytest.approx(statistics.pstdev(accs), abs=1e-12)
+        assert spread["min"] == min(accs) == spread["worst10"]  # 3 clients: the worst 10 % is one client
+        per_seed.append(spread)
+    for stat in ("std", "min", "worst10"):
+        assert c["spread_final"][stat]["values"] == [s[stat] for s in per_seed]
+    worst = c["spread_final"]["min"]
+    row = next(line for line in to_markdown(comparison_tables(summary)).splitlines()
+               if line.startswith("| FedAvg lr 0.2 | 2 |"))
+    assert f"| {100 * worst['mean']:.2f} ± {100 * worst['std']:.2f} |" in row
+    rows = list(csv.DictReader(io.StringIO(comparison_csv(summary))))
+    assert float(rows[1]["final_worst10_mean"]) == c["spread_final"]["worst10"]["mean"]
+    assert rows[1]["finetuned_final_mean"] == ""  # the grid did not fine-tune: no column, an empty CSV field
+    assert "fine-tuned" not in to_markdown(comparison_tables(summary)).split("\n\n")[0]
+
+
+def test_run_table_shows_the_spread_and_the_finetuned_figures():
+    def ev(accs, spread):
+        return {"clients": {f"c{i}": {"test": {"acc": a, "n": 10}} for i, a in enumerate(accs)},
+                "mean": {"test_acc": sum(accs) / len(accs)}, "pooled": {"test_acc": 0.5, "n": 10 * len(accs)},
+                "spread": {"test_acc": spread}}
+
+    final = ev([0.9, 0.5], {"std": 0.2, "min": 0.5, "worst10": 0.5})
+    final["finetuned"] = {"steps": 5, **ev([0.95, 0.75], {"std": 0.1, "min": 0.75, "worst10": 0.75})}
+    table = results_table({"metric": "acc", "final": {"round": 4, "eval": final},
+                           "best": {"round": 3, "by": "val", "eval": ev([0.8], {"std": 0.0, "min": 0.8,
+                                                                               "worst10": 0.8})}}).splitlines()
+    assert table[0] == ("| client | test acc final (round 4) | test acc best (round 3, by val) "
+                        "| test acc fine-tuned 5 steps (round 4) | test n |")
+    assert "| c0 | 90.00 | 80.00 | 95.00 | 10 |" in table
+    assert "| c1 | 50.00 | - | 75.00 | 10 |" in table   # not evaluated at the best round (eval.clients = sampled)
+    assert "| **mean over clients** | **70.00** | **80.00** | **85.00** |  |" in table
+    assert "| std over clients | 20.00 | 0.00 | 10.00 |  |" in table
+    assert "| worst client | 50.00 | 80.00 | 75.00 |  |" in table
+    assert "| mean of the worst 10 % of clients | 50.00 | 80.00 | 75.00 |  |" in table

@@ -8,7 +8,9 @@ from typing import Any
 from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import to_json
+from fedaug.engine.records import REPORT
 from fedaug.engine.simulate import run_experiment
+from fedaug.engine.tracking import log_run_files
 from fedaug.report.document import md_text, to_markdown
 from fedaug.report.incidents import incidents_table, run_incidents
 from fedaug.report.table import results_table
@@ -33,13 +35,14 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
     """Write the report (the run's name as literal Markdown; the rounds with rejections, drop-outs,
-    attacks or kept aggregates, if any), print the results (JSON: strict, non-finite numbers as null)
-    and the run directory."""
+    attacks or kept aggregates, if any) and add it to the run's MLflow run when ``[log]`` tracks one,
+    print the results (JSON: strict, non-finite numbers as null) and the run directory."""
     table = results_table(summary)
     incidents = run_incidents(run_dir.rounds())
     extra = (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
              if incidents else "")
     run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n{extra}")
+    log_run_files(run_dir.path, [run_dir.path / REPORT])
     if fmt == "json":
         print(to_json(summary, indent=2))
     else:

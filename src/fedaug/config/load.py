@@ -153,3 +153,14 @@ def dump_toml(d: dict[str, Any]) -> str:
     "my key" = [1.5, {x = true}]
     """
     return "\n".join(_table(d, ())).lstrip("\n") + "\n"
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (empty tables kept as values)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -80,6 +80,20 @@ class EvalConfig:
     every: int = opt(1, "evaluate the global model every N rounds (and after the last)", lo=1)
     batch_size: int = opt(256, "evaluation batch size", lo=1)
     best_by: str = opt("val", "split whose mean client accuracy picks the best round", choices=("val", "test"))
+    clients: str = opt("all", "which clients an evaluation covers: every client, or the round's sampled clients "
+                              "(cross-device studies)", choices=("all", "sampled"))
+    finetune_steps: int = opt(0, "personalised evaluation: each evaluated client also fine-tunes the global model "
+                                 "for this many local steps of the method's own training (nothing sent) and is "
+                                 "evaluated again; 0: off", lo=0)
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = opt(False, "write each round's scalars as TensorBoard event files to the run directory's "
+                                   "tb/ (needs the tracking extra)")
+    mlflow: str = opt("", "MLflow tracking URI (sqlite:///mlflow.db, file:./mlruns, http://host:5000) to log "
+                          "the run to; empty: off (needs the tracking extra)")
+    mlflow_experiment: str = opt("fedaug", "the MLflow experiment the runs go to")
 
 
 #: ``trust.screen_multiple``'s default: honest uploads stay far below it (docs/engine.md, "The trust boundary")
@@ -168,6 +182,7 @@ class RunConfig:
     trust: TrustConfig = field(default_factory=TrustConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""

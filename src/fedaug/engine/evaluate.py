@@ -19,14 +19,18 @@ from fedaug.data.base import ClientData
 from fedaug.engine.fleet import METERS, Reply
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
+from fedaug.metrics.spread import client_spread
 from fedaug.metrics.tasks import Meter, Task
 
 SPLITS = ("val", "test")
+#: the key prefix of the fine-tuned model's meters in an evaluation reply (``eval.finetune_steps``)
+FINETUNED = "finetuned."
 
 
 @torch.no_grad()
 def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message: Message,
-                    state: Mapping[str, State], batch_size: int, precision: str = "32") -> Reply:
+                    state: Mapping[str, State], batch_size: int, precision: str = "32",
+                    load_global: bool = True) -> Reply:
     """Evaluate the global model on one client's ``val`` and ``test`` splits.
 
     The components that take part in ``"evaluate"`` receive their parts and the client's
@@ -43,12 +47,17 @@ def evaluate_client(recipe: Recipe, ctx: ClientCtx, client: ClientData, message:
         batch_size: evaluation batch size.
         precision: the forward pass runs under its autocast (:func:`fedaug.core.device.autocast`);
             the meters see float32 logits.
+        load_global: let the server rule receive its part (load the global weights); ``False``
+            evaluates the worker model as it is (a fine-tuned model, :mod:`fedaug.engine.finetune`),
+            the other components still receiving theirs.
 
     Returns:
         The meters of both splits as one part (:func:`meters_part`), under :data:`METERS`.
     """
     views = {c.name: ctx.view(c.name) for c in recipe.components}
     for c in recipe.participants("evaluate"):
+        if not load_global and c.role == "server":
+            continue
         c.receive(views[c.name], message.get(c.name, {}), state.get(c.name, {}))
     model = ctx.model
     model.eval()
@@ -79,20 +88,23 @@ def meters_part(meters: Mapping[str, Meter]) -> Part:
     return out
 
 
-def meters_spec(task: Task) -> Spec:
-    """What the server accepts as an evaluation reply: the task's meter counts for each split."""
-    return {k: TensorSpec.like(v) for k, v in meters_part({s: task.meter() for s in SPLITS}).items()}
+def meters_spec(task: Task, finetuned: bool = False) -> Spec:
+    """What the server accepts as an evaluation reply: the task's meter counts for each split, and
+    with ``finetuned`` the same again under :data:`FINETUNED` (``eval.finetune_steps``)."""
+    spec = {k: TensorSpec.like(v) for k, v in meters_part({s: task.meter() for s in SPLITS}).items()}
+    return {**spec, **{FINETUNED + k: v for k, v in spec.items()}} if finetuned else spec
 
 
-def meters_of(task: Task, part: Part) -> dict[str, Meter]:
-    """The meters a :func:`meters_part` describes (validated against :func:`meters_spec` first).
+def meters_of(task: Task, part: Part, prefix: str = "") -> dict[str, Meter]:
+    """The meters a :func:`meters_part` describes (validated against :func:`meters_spec` first),
+    those whose keys start with ``prefix`` (``""``: the global model's; :data:`FINETUNED`).
 
     Raises:
         PayloadError: a count is negative.
     """
     meters = {}
     for split in SPLITS:
-        state = {k.split(".", 1)[1]: v for k, v in part.items() if k.startswith(f"{split}.")}
+        state = {k[len(prefix):].split(".", 1)[1]: v for k, v in part.items() if k.startswith(f"{prefix}{split}.")}
         negative = sorted(f"{split}.{k}" for k, v in state.items() if bool((v < 0).any()))
         if negative:
             raise PayloadError(f"evaluation counts must be >= 0, got negative {', '.join(negative)}")
@@ -112,10 +124,13 @@ def summarize_eval(task: Task, names: Sequence[str], meters: Mapping[int, Mappin
 
     Returns:
         ``{"clients": {name: {"val": {...}, "test": {...}}}, "mean": {"val_<m>", "test_<m>",
-        "test_loss"}, "pooled": {"test_<m>", "test_loss", "n"}}`` with ``<m>`` the task's metric
-        (``acc`` or foreground ``dice``); the mean is unweighted over clients with a non-empty
-        split; the pooled test set is the union of the clients' test splits, so pooled accuracy
-        is the sample-weighted client mean and the pooled Dice is computed over all pooled pixels.
+        "test_loss"}, "pooled": {"test_<m>", "test_loss", "n"}, "spread": {"val_<m>", "test_<m>":
+        {"std", "min", "worst10"}}}`` with ``<m>`` the task's metric (``acc`` or foreground
+        ``dice``); the mean is unweighted over clients with a non-empty split; the pooled test set
+        is the union of the clients' test splits, so pooled accuracy is the sample-weighted client
+        mean and the pooled Dice is computed over all pooled pixels; the spread is over the same
+        clients as the mean (:func:`fedaug.metrics.spread.client_spread`: population std, the
+        worst client, the mean of the worst 10 %).
     """
     m = task.metric
     pooled = task.meter()
@@ -123,11 +138,13 @@ def summarize_eval(task: Task, names: Sequence[str], meters: Mapping[int, Mappin
     for cid in sorted(meters):
         clients[names[cid]] = {split: meters[cid][split].result() for split in SPLITS}
         pooled.merge(meters[cid]["test"])
-    mean = {}
+    mean, spread = {}, {}
     for split in SPLITS:
         rows = [r[split] for r in clients.values() if r[split]["n"] > 0]
         mean[f"{split}_{m}"] = sum(r[m] for r in rows) / len(rows) if rows else None
         if split == "test":
             mean["test_loss"] = sum(r["loss"] for r in rows) / len(rows) if rows else None
+        spread[f"{split}_{m}"] = client_spread([r[m] for r in rows])
     p = pooled.result()
-    return {"clients": clients, "mean": mean, "pooled": {f"test_{m}": p[m], "test_loss": p["loss"], "n": p["n"]}}
+    return {"clients": clients, "mean": mean, "pooled": {f"test_{m}": p[m], "test_loss": p["loss"], "n": p["n"]},
+            "spread": spread}

@@ -32,11 +32,13 @@ from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
 from fedaug.engine.attack import check_attack
-from fedaug.engine.evaluate import meters_of, meters_spec, summarize_eval
+from fedaug.engine.evaluate import FINETUNED, meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
+from fedaug.engine.finetune import finetune_senders
 from fedaug.engine.fleet import METERS, Fleet, Reply
 from fedaug.engine.progress import Progress
-from fedaug.engine.records import CHECKPOINT_FORMAT, RunDir, checkpoint_problem
+from fedaug.engine.records import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
+from fedaug.engine.tracking import Tracker
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
 from fedaug.engine.screen import check_trust, screen_updates, update_norm
 from fedaug.methods.component import Phase, State, Uplink
@@ -164,14 +166,20 @@ class Server:
     # --- one round ----------------------------------------------------------------------------
     def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int],
                   on_accept: Callable[[int, Reply], None] | None = None) -> PhaseResult:
-        """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`)."""
-        senders = self.recipe.participants(phase)
+        """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`); an
+        evaluation with ``eval.finetune_steps`` also sends the training downlinks
+        (:func:`~fedaug.engine.finetune.finetune_senders`) and expects the fine-tuned meters."""
+        senders: list[Any] = list(self.recipe.participants(phase))
+        server = self.server
         if phase == "evaluate":
-            specs = {METERS: meters_spec(self.task)}
+            finetune = self.cfg.eval.finetune_steps > 0
+            specs = {METERS: meters_spec(self.task, finetuned=finetune)}
+            if finetune:
+                extra, states = finetune_senders(self.recipe, self.server)
+                senders, server = senders + extra, {**self.server, **states}
         else:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
-        return exchange(phase, r, lr, client_ids, self.fleet, senders, self.server, specs, self.cfg.trust.bound,
-                        on_accept)
+        return exchange(phase, r, lr, client_ids, self.fleet, senders, server, specs, self.cfg.trust.bound, on_accept)
 
     def _aggregate(self, phase: Phase, r: int, result: PhaseResult) -> dict[str, str] | None:
         """Each component that replies in ``phase`` folds the accepted replies, sorted by client id
@@ -278,18 +286,27 @@ class Server:
                 "up": {n: b for n, b in query.up.items()
                        if self.recipe.components[self.recipe.names.index(n)].uplink_spec(self.server[n], "query")}}
 
-    def evaluate(self) -> dict[str, Any]:
-        """Evaluate the current global model on every client (see :func:`summarize_eval`): the same
-        exchange as training, its traffic under ``comm``; clients that drop out or whose reply
-        fails its check are listed under ``dropped`` and ``rejected``."""
-        result = self._exchange("evaluate", self.round, 0.0, list(range(self.federation.num_clients)))
-        meters, rejected = {}, list(result.rejected)
+    def evaluate(self, client_ids: list[int] | None = None) -> dict[str, Any]:
+        """Evaluate the current global model on ``client_ids`` (default: every client; see
+        :func:`summarize_eval`): the same exchange as training, its traffic under ``comm``;
+        clients that drop out or whose reply fails its check are listed under ``dropped`` and
+        ``rejected``. With ``eval.finetune_steps``, the fine-tuned models' figures are under
+        ``finetuned`` (:mod:`fedaug.engine.finetune`)."""
+        ids = list(range(self.federation.num_clients)) if client_ids is None else sorted(client_ids)
+        result = self._exchange("evaluate", self.round, 0.0, ids)
+        meters, tuned, rejected = {}, {}, list(result.rejected)
         for cid, reply in result.replies.items():
             try:
                 meters[cid] = meters_of(self.task, reply.message[METERS])
+                if self.cfg.eval.finetune_steps:
+                    tuned[cid] = meters_of(self.task, reply.message[METERS], FINETUNED)
             except PayloadError as exc:
+                meters.pop(cid, None)
                 rejected.append({"client": cid, "phase": "evaluate", "reason": f"round {self.round}: {exc}"})
         ev = summarize_eval(self.task, self.federation.names, meters)
+        if self.cfg.eval.finetune_steps:
+            ev["finetuned"] = {"steps": self.cfg.eval.finetune_steps,
+                               **summarize_eval(self.task, self.federation.names, tuned)}
         if result.dropped:
             ev["dropped"] = sorted(result.dropped, key=lambda d: d["client"])
         if rejected:
@@ -355,18 +372,27 @@ class Server:
                           "machine, or with the same threads, for the same numbers", stacklevel=2)
 
     # --- the whole run ------------------------------------------------------------------------
-    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
+            tracker: Tracker | None = None) -> dict[str, Any]:
         """Run the remaining rounds (with deterministic algorithms where ``cfg.deterministic`` asks,
         :func:`~fedaug.core.runtime.deterministic_algorithms`); write records to ``run_dir`` if
-        given; return the summary."""
-        with deterministic_algorithms(self.cfg.deterministic):
-            self._run_rounds(run_dir, progress)
-        summary = self.summary(run_dir.path if run_dir is not None else None)
-        if run_dir is not None:
-            run_dir.write_summary(summary)
+        given, and each round to ``tracker``'s backends (then the config and summary, and end
+        its run); return the summary."""
+        tracker = tracker if tracker is not None else Tracker([], self.task.metric)
+        try:
+            with deterministic_algorithms(self.cfg.deterministic):
+                self._run_rounds(run_dir, progress, tracker)
+            summary = self.summary(run_dir.path if run_dir is not None else None)
+            if run_dir is not None:
+                run_dir.write_summary(summary)
+                tracker.log_files([run_dir.path / CONFIG, run_dir.path / SUMMARY])
+        except BaseException as exc:
+            tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            raise
+        tracker.close()
         return summary
 
-    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None) -> None:
+    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None, tracker: Tracker) -> None:
         """Each remaining round: train, evaluate when due, record, checkpoint when due."""
         cfg = self.cfg
         total = cfg.train.rounds
@@ -374,13 +400,14 @@ class Server:
             record = self.run_round(r)
             if r % cfg.eval.every == 0 or r == total:
                 t0 = time.perf_counter()
-                record["eval"] = self.evaluate()
+                record["eval"] = self.evaluate(record["sampled"] if cfg.eval.clients == "sampled" else None)
                 record["time"]["eval_s"] = time.perf_counter() - t0
                 self._track_best(r, record["eval"])
             if run_dir is not None:
                 run_dir.append_round(record)
                 if r % cfg.checkpoint_every == 0 or r == total:
                     run_dir.save_checkpoint(r, self.checkpoint(), cfg.keep_checkpoints)
+            tracker.log_round(record)
             if progress is not None:
                 progress.update(r, self._progress_metric(record))
 

@@ -12,7 +12,7 @@ adapter; this module supplies the clients: an :class:`InProcessFleet` over the d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -28,6 +28,7 @@ from fedaug.engine.pool import ProcessFleet, WorkerDied
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
+from fedaug.engine.tracking import Tracker, check_tracking
 from fedaug.engine.worker import Worker, build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import Recipe, build_recipe
@@ -117,10 +118,11 @@ class Simulation(Server):
         """Each client's per-client state ``{client id: {component name: state}}``."""
         return self.fleet.checkpoint()
 
-    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
+            tracker: Tracker | None = None) -> dict[str, Any]:
         """:meth:`Server.run`, then stop the worker processes (``workers > 1``) however it ends."""
         try:
-            return super().run(run_dir, progress)
+            return super().run(run_dir, progress, tracker)
         except WorkerDied as exc:
             where = f"'fedaug resume {run_dir.path}'" if run_dir is not None else "a resume of its run directory"
             raise WorkerDied(str(exc).replace("'fedaug resume <run dir>'", where)) from None
@@ -164,19 +166,24 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
 
 
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
-                   execution_order: Order | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   execution_order: Order | None = None,
+                   tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
-    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`)."""
+    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`), tracked
+    where ``[log]`` asks (:class:`~fedaug.engine.tracking.Tracker`, with ``tags``)."""
     cfg = pin(cfg)
+    check_tracking(cfg)
     sim = build_simulation(cfg, execution_order)
     run_dir = RunDir.start(cfg) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
-        return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet)), run_dir
+        tracker = Tracker.open(cfg, run_dir.path if run_dir is not None else None, sim.task.metric, tags=tags)
+        return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet), tracker), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
                       recipe: Recipe | None = None, workers: int | None = None,
-                      from_round: int | None = None) -> tuple[dict[str, Any], RunDir]:
+                      from_round: int | None = None,
+                      tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -189,6 +196,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         from_round: continue from the checkpoint of this round instead of the newest (0: from
             scratch); later checkpoints are deleted and later records moved aside
             (:meth:`~fedaug.engine.records.RunDir.rewind`), e.g. to go back before a poisoned round.
+        tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.tracking.Tracker`);
+            a tracked run continues its own MLflow run.
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
@@ -219,4 +228,5 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         if payload is not None:
             sim.restore(payload)
         run_dir.truncate_rounds(sim.round)
-        return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet)), run_dir
+        tracker = Tracker.open(cfg, run_dir.path, sim.task.metric, resume_from=sim.round, tags=tags)
+        return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet), tracker), run_dir

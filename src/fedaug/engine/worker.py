@@ -21,6 +21,7 @@ from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import ClientData
 from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
+from fedaug.engine.finetune import finetune_meters, with_finetuned
 from fedaug.engine.fleet import Reply
 from fedaug.engine.local import LocalOptimizer, train_client
 from fedaug.engine.query import answer_query
@@ -92,7 +93,8 @@ class Worker:
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:
         """Check the phase's message, then run ``phase`` for ``client_id``: train (:func:`train_client`),
-        answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`); an attacking
+        answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`; with
+        ``eval.finetune_steps``, then the fine-tuned model too: :func:`finetune_meters`); an attacking
         client (``[attack]``, :mod:`fedaug.engine.attack`) flips its labels before training or
         rewrites its reply after it.
 
@@ -116,5 +118,10 @@ class Worker:
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:
-            return evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size, self.cfg.precision)
+            reply = evaluate_client(self.recipe, ctx, client, message, state, self.cfg.eval.batch_size,
+                                    self.cfg.precision)
+            if self.cfg.eval.finetune_steps:  # personalised evaluation (eval.finetune_steps)
+                reply = with_finetuned(reply, finetune_meters(self.recipe, ctx, client, message, state, self.cfg,
+                                                              self.down_specs["train"]))
+            return reply
         return self.attack.reply(phase, client_id, r, message, reply)

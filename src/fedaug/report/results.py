@@ -19,6 +19,8 @@ from fedaug.report.runner import GRID_FILE, IGNORED, cell_dir, find_run, flatten
 from fedaug.report.stats import mean_std, paired_ttest
 
 WHICH = ("final", "best")
+#: the spread figures across clients each cell summarises (:func:`fedaug.metrics.spread.client_spread`)
+SPREAD = ("std", "min", "worst10")
 
 
 def _number(x: float | None) -> float:
@@ -66,6 +68,19 @@ class Run:
         """Mean-over-clients test metric at the ``"final"`` round or the ``"best"`` round (chosen
         by ``eval.best_by``); NaN where the record holds null."""
         return _number(self.summary[which]["eval"]["mean"][f"test_{self.metric}"])
+
+    def spread(self, which: str, stat: str) -> float:
+        """A spread figure (``"std"``, ``"min"``, ``"worst10"``) of the clients' test metric at the
+        final or best round (:func:`fedaug.metrics.spread.client_spread`); NaN where the record
+        holds null or predates it."""
+        ev = self.summary[which]["eval"]
+        return _number(ev.get("spread", {}).get(f"test_{self.metric}", {}).get(stat))
+
+    def finetuned_score(self) -> float | None:
+        """Mean-over-clients test metric after local fine-tuning at the final round
+        (``eval.finetune_steps``); ``None`` when the run did not fine-tune."""
+        tuned = self.summary["final"]["eval"].get("finetuned")
+        return None if tuned is None else _number(tuned["mean"][f"test_{self.metric}"])
 
     def client_scores(self, which: str) -> dict[str, float]:
         """Each client's test metric at the final or best round; NaN for a client whose evaluation
@@ -200,9 +215,11 @@ def _stat(values: list[float]) -> dict[str, Any]:
 
 
 def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any]:
-    """Mean +/- std over seeds of one (setting, method): final and best, per client and the mean
-    over clients; the paired t-test against the baseline's runs on the common seeds; mean
-    communication (bytes) and time per run; the mean learning curve (rounds every run evaluated);
+    """Mean +/- std over seeds of one (setting, method): final and best, per client, the mean over
+    clients and their spread (std, worst client, worst 10 %; ``spread_final``, ``spread_best``),
+    the fine-tuned final mean (``finetuned_final``) when every run fine-tuned; the paired t-test
+    against the baseline's runs on the common seeds; mean communication (bytes) and time per run;
+    the mean learning curve (rounds every run evaluated);
     each run's incidents (:func:`~fedaug.report.incidents.run_incidents`, with its seed), and the (eps, delta)
     guarantee per round when the method declares a DP release (:meth:`Run.privacy`)."""
     if not runs:
@@ -212,11 +229,15 @@ def summarize_cell(runs: list[Run], baseline: list[Run] | None) -> dict[str, Any
     paired = [r for r in runs if r.seed in base_by_seed]
     for which in WHICH:
         out[which] = _stat([r.score(which) for r in runs])
-        clients = runs[0].client_scores(which)
-        out[f"clients_{which}"] = {c: _stat([r.client_scores(which)[c] for r in runs]) for c in clients}
+        out[f"spread_{which}"] = {stat: _stat([r.spread(which, stat) for r in runs]) for stat in SPREAD}
+        clients = runs[0].client_scores(which)  # a client a run did not evaluate (eval.clients = "sampled"): NaN
+        out[f"clients_{which}"] = {c: _stat([r.client_scores(which).get(c, math.nan) for r in runs]) for c in clients}
         if baseline is not None:
             test = paired_ttest([r.score(which) for r in paired], [base_by_seed[r.seed].score(which) for r in paired])
             out.setdefault("vs_baseline", {})[which] = asdict(test) | {"text": test.text()}
+    tuned = [r.finetuned_score() for r in runs]
+    if all(t is not None for t in tuned):
+        out["finetuned_final"] = _stat(tuned)
     comms = [r.comm_bytes() for r in runs]
     out["comm_bytes"] = {k: sum(c[k] for c in comms) / len(comms) for k in comms[0]}
     out["seconds"] = sum(r.seconds() for r in runs) / len(runs)

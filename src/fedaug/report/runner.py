@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fedaug.config.load import parse_config, read_toml
+from fedaug.config.load import flatten, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
@@ -73,10 +73,17 @@ class Cell:
     dir: Path
     raw: dict[str, Any]
     reuse: Path | None = None
+    grid: str = ""
 
     @property
     def label(self) -> str:
         return f"{self.setting} | {self.method} | seed {self.seed}"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The cell's tracking tags (``[log]``: each cell is its own MLflow run)."""
+        return {"fedaug.grid": self.grid, "fedaug.setting": self.setting, "fedaug.method": self.method,
+                "fedaug.seed": str(self.seed)}
 
 
 @dataclass(frozen=True)
@@ -136,25 +143,15 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
                 source = (reuse or {}).get(config_key(raw))
                 if source is not None and source.resolve().is_relative_to(directory.resolve()):
                     source = None  # the cell's own run
-                cells.append(Cell(setting, method, seed, directory, raw, source))
+                cells.append(Cell(setting, method, seed, directory, raw, source, spec.name))
     return cells
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (empty tables kept as values)."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
-#: thread count it started with, a grid directory may be moved, a reused run keeps its name, and
-#: where a run computes (worker processes, their devices) changes none of its numbers
-IGNORED = ("threads", "out_dir", "name", "workers", "devices")
+#: thread count it started with, a grid directory may be moved, a reused run keeps its name, where a run
+#: computes (worker processes, their devices) changes none of its numbers, and where it is tracked ([log])
+#: is not part of the experiment
+IGNORED = ("threads", "out_dir", "name", "workers", "devices", "log")
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
@@ -251,7 +248,7 @@ def run_cell(cell: Cell) -> CellOutcome:
             if (existing / SUMMARY).is_file():
                 return CellOutcome(cell, "done before", str(existing), 0.0)
             with torch_threads(parse_config(stored).threads):  # the thread count it started with
-                _, run = resume_experiment(str(existing), quiet=True)
+                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags)
             return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
         if cell.reuse is not None:
             copy = cell.dir / cell.reuse.name
@@ -259,7 +256,7 @@ def run_cell(cell: Cell) -> CellOutcome:
             os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
             return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
         with torch_threads(cell.raw["threads"]):
-            _, run = run_experiment(parse_config(cell.raw), quiet=True)
+            _, run = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags)
         return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
     except FedaugError as exc:
         return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))

@@ -12,31 +12,52 @@ from typing import Any
 from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.document import Block, Heading, Paragraph, Table, md_text, to_markdown
 from fedaug.report.grid import DEFAULT_SETTING
-from fedaug.report.results import load_grid_results, summarize, summary_methods, summary_metric
+from fedaug.report.results import WHICH, load_grid_results, summarize, summary_methods, summary_metric
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
+#: the rows of the spread across clients (``eval.spread``, :func:`fedaug.metrics.spread.client_spread`)
+SPREAD_ROWS = (("std", "std over clients"), ("min", "worst client"), ("worst10", "mean of the worst 10 % of clients"))
+
+
+def _spread(ev: dict[str, Any] | None, key: str, stat: str) -> str:
+    """A spread figure of one evaluation, ``"-"`` where it has none (a run recorded before issue 40)."""
+    return _pct((ev or {}).get("spread", {}).get(key, {}).get(stat))
+
+
 def results_table(summary: dict[str, Any]) -> str:
     """A Markdown table of the test metric (%: accuracy, or foreground Dice for segmentation) per
-    client, their mean and the pooled test set, at the final round and at the best round (chosen
-    by the split in ``summary['best']['by']``); client names are literal text (:func:`md_text`)."""
+    client, their mean, their spread (std, the worst client, the mean of the worst 10 %) and the
+    pooled test set, at the final round and at the best round (chosen by the split in
+    ``summary['best']['by']``), and, with ``eval.finetune_steps``, after each client's local
+    fine-tuning at the final round; client names are literal text (:func:`md_text`). A client not
+    evaluated in a round (``eval.clients = "sampled"``) shows ``-``."""
     final, best, m = summary["final"], summary["best"], summary["metric"]
     if final is None:
         return "(no evaluation was run)"
     fe, be = final["eval"], best["eval"]
+    tuned = fe.get("finetuned")
+    evals = [fe, be] + ([tuned] if tuned else [])
     head = (f"| client | test {m} final (round {final['round']}) "
-            f"| test {m} best (round {best['round']}, by {best['by']}) | test n |")
-    lines = [head, "|---|---:|---:|---:|"]
-    for name, res in fe["clients"].items():
-        lines.append(f"| {md_text(name)} | {_pct(res['test'][m])} | {_pct(be['clients'][name]['test'][m])} "
-                     f"| {res['test']['n']} |")
-    lines.append(f"| **mean over clients** | **{_pct(fe['mean'][f'test_{m}'])}** "
-                 f"| **{_pct(be['mean'][f'test_{m}'])}** | |")
-    lines.append(f"| pooled test set | {_pct(fe['pooled'][f'test_{m}'])} | {_pct(be['pooled'][f'test_{m}'])} "
-                 f"| {fe['pooled']['n']} |")
+            f"| test {m} best (round {best['round']}, by {best['by']}) "
+            + (f"| test {m} fine-tuned {tuned['steps']} steps (round {final['round']}) " if tuned else "")
+            + "| test n |")
+    lines = [head, "|---|" + "---:|" * (len(evals) + 1)]
+
+    def row(label: str, cells: list[str], n: object = "") -> str:
+        return f"| {label} | " + " | ".join(cells) + f" | {n} |"
+
+    names = list(dict.fromkeys(name for ev in evals for name in ev["clients"]))
+    for name in names:
+        res = [ev["clients"].get(name) for ev in evals]
+        lines.append(row(md_text(name), [_pct(r["test"][m]) if r else "-" for r in res],
+                         next(r["test"]["n"] for r in res if r)))
+    lines.append(row("**mean over clients**", [f"**{_pct(ev['mean'][f'test_{m}'])}**" for ev in evals]))
+    lines += [row(label, [_spread(ev, f"test_{m}", stat) for ev in evals]) for stat, label in SPREAD_ROWS]
+    lines.append(row("pooled test set", [_pct(ev["pooled"][f"test_{m}"]) for ev in evals], fe["pooled"]["n"]))
     return "\n".join(lines)
 
 
@@ -82,18 +103,24 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
     the baseline with the paired t-test's p-value, communication and time per run), then the
     per-client tables (final, best)."""
     m, base = s["metric"], s["baseline"]
+    tuned = any("finetuned_final" in c for c in s["methods"].values())
+    head = ["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "p (paired t, n)",
+            f"best test {m} (%)", f"Δ best vs {base}", "p (paired t, n)",
+            *[f"{label} final (%)" for _, label in SPREAD_ROWS],
+            *([f"fine-tuned final test {m} (%)"] if tuned else []), "comm up+down (MB/run)", "time (s/run)"]
     rows = []
     for method, c in s["methods"].items():
         if c["n"] == 0:
-            rows.append([method, "0", *["not run"] * 8])
+            rows.append([method, "0", *["not run"] * (len(head) - 2)])
             continue
         vs = c.get("vs_baseline", {})
         rows.append([method, str(c["n"]), _pm(c["final"]), _diff(vs.get("final")),
                      vs["final"]["text"] if vs else "-", _pm(c["best"]), _diff(vs.get("best")),
-                     vs["best"]["text"] if vs else "-", _mb(c["comm_bytes"]["total"]), f"{c['seconds']:.1f}"])
-    blocks: list[Block] = [Table(["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "p (paired t, n)",
-                                  f"best test {m} (%)", f"Δ best vs {base}", "p (paired t, n)",
-                                  "comm up+down (MB/run)", "time (s/run)"], rows)]
+                     vs["best"]["text"] if vs else "-",
+                     *[_pm(c["spread_final"][stat]) for stat, _ in SPREAD_ROWS],
+                     *([_pm(c.get("finetuned_final"))] if tuned else []),
+                     _mb(c["comm_bytes"]["total"]), f"{c['seconds']:.1f}"])
+    blocks: list[Block] = [Table(head, rows)]
     for which in ("final", "best"):
         crow = [[method, *[_pm(c[f"clients_{which}"].get(k)) for k in s["clients"]], _pm(c[which])]
                 for method, c in s["methods"].items() if c["n"] > 0]
@@ -178,7 +205,10 @@ COLUMNS_NOTE = (
     "split in `eval.best_by` (its test value is shown). Values are the unweighted mean over clients, "
     "then mean ± sample std over seeds. Δ: mean of the per-seed differences from the baseline (points); "
     "p: two-sided paired t-test over the seeds both ran (n/a below 2 pairs). comm: bytes sent down and "
-    "up over all rounds (records' `comm`), mean per run; time: training + evaluation seconds per run."
+    "up over all rounds (records' `comm`), mean per run; time: training + evaluation seconds per run. "
+    "Across clients at the final round: std over clients (population), the worst client and the mean of the "
+    "worst 10 % of clients (at least one), each mean ± std over seeds; fine-tuned: the mean over clients "
+    "after each client fine-tuned the global model locally (`eval.finetune_steps`)."
 )
 
 
@@ -186,9 +216,11 @@ def comparison_csv(summary: dict[str, Any]) -> str:
     """One CSV row per (setting, method): n, mean and std of final and best (fractions, not %),
     the differences and p-values against the baseline, bytes, seconds, and per-client means."""
     clients = list(dict.fromkeys(k for s in summary["settings"].values() for k in s["clients"]))
+    spread = [f"{which}_{stat}_mean" for which in WHICH for stat, _ in SPREAD_ROWS]
     head = ["setting", "method", "metric", "n", "seeds", "final_mean", "final_std", "best_mean", "best_std",
             "final_diff", "final_p", "best_diff", "best_p", "pairs", "comm_down_bytes", "comm_up_bytes",
-            "comm_total_bytes", "seconds", *[f"final_{k}" for k in clients], *[f"best_{k}" for k in clients]]
+            "comm_total_bytes", "seconds", *spread, "finetuned_final_mean",
+            *[f"final_{k}" for k in clients], *[f"best_{k}" for k in clients]]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
@@ -204,6 +236,8 @@ def comparison_csv(summary: dict[str, Any]) -> str:
                 c["final"]["mean"], c["final"]["std"], c["best"]["mean"], c["best"]["std"],
                 f.get("diff", ""), f.get("p", ""), b.get("diff", ""), b.get("p", ""), f.get("n", ""),
                 c["comm_bytes"]["down"], c["comm_bytes"]["up"], c["comm_bytes"]["total"], c["seconds"],
+                *[c[f"spread_{which}"][stat]["mean"] for which in WHICH for stat, _ in SPREAD_ROWS],
+                c["finetuned_final"]["mean"] if "finetuned_final" in c else "",
                 *[c["clients_final"][k]["mean"] if k in c["clients_final"] else "" for k in clients],
                 *[c["clients_best"][k]["mean"] if k in c["clients_best"] else "" for k in clients]])
     return buf.getvalue()

@@ -216,3 +216,16 @@ def test_workers_are_the_in_process_engines_and_flower_says_they_change_nothing(
                                          r"Flower every SuperNode runs its own client"):
         got = run_in_process(cfg, 3)
     assert got["rounds"] == cfg.train.rounds
+
+
+def test_finetuned_and_sampled_evaluation_give_the_same_numbers_over_flower(tmp_cfg):
+    """eval.finetune_steps sends the training downlinks under finetune/<name> in the evaluation
+    message; over Flower's records they arrive as in-process, and so do the fine-tuned figures."""
+    cfg = tmp_cfg("fedfa", participation=0.67)
+    cfg.eval.finetune_steps, cfg.eval.clients = 2, "sampled"
+    expected, run_dir = run_experiment(cfg, quiet=True)
+    got = run_in_process(cfg, 3)
+    assert records(got["run_dir"]) == records(run_dir.path)
+    final = got["final"]["eval"]
+    assert final["finetuned"] == expected["final"]["eval"]["finetuned"] and len(final["clients"]) == 2
+    assert final["comm"]["down"]["finetune/fedfa"] > 0

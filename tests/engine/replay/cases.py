@@ -120,13 +120,15 @@ def legacy_base(case: str) -> str | None:
 
 
 def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
-    """``records`` in the bb05886 structure: without ``eval.comm`` and ``updates`` (the update norms,
-    recorded since issue 41: every one within the screening limit, so nothing was screened), legacy
-    weights under the objective."""
+    """``records`` in the bb05886 structure: without ``eval.comm``, ``updates`` (the update norms,
+    recorded since issue 41: every one within the screening limit, so nothing was screened) and
+    ``eval.spread`` (issue 40: the spread across clients, whose numbers tests/metrics/test_spread.py
+    checks), legacy weights under the objective."""
     for rec in records:
         updates = rec.pop("updates", None)  # absent where the server rule keeps no global model (fedproto)
         assert updates is None or set(updates["norm"]) == {str(c) for c in rec["sampled"]} and "clipped" not in updates
         assert updates is None or 0 < updates["median"] <= max(updates["norm"].values()) <= updates["limit"]
+        assert set(rec["eval"].pop("spread")) == {"val_acc", "test_acc"}
         comm = rec["eval"].pop("comm")
         assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}
         if legacy_base is not None:

@@ -9,11 +9,12 @@ commit that says so. Rewritten since, as the CHANGELOG records: ``flea`` (dCor f
 rounding) and ``vfda`` (its default ``noise_scale`` became ``"std"``; with ``"variance"`` the run replays the
 bb05886 record exactly).
 
-Three changes of the records' *structure* since then are intended and checked here, not hidden:
+Four changes of the records' *structure* since then are intended and checked here, not hidden:
 
 - evaluation is an exchange like training, so each evaluation record gains its traffic (``eval.comm``);
 - each training record gains its uploads' update norms (``updates``, issue 41), all within the screening
   limit: the screening rejects or clips nothing of these honest runs, whose other entries stay as recorded;
+- each evaluation record gains the spread across clients (``eval.spread``: std, min, worst 10 %; issue 40);
 - a legacy ``base = "<local objective>"`` (``fedprox``, ``moon``, ...) is FedAvg + that objective, so the
   weights' bytes are listed under ``fedavg`` and the objective's own entry is 0 (the totals are unchanged).
 """
