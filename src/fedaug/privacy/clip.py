@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch  # noqa: F401 - the doctests' namespace
 from torch import Tensor
 
 
