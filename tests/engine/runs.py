@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from fedaug.config.load import dump_toml
+from fedaug.engine.records import RunDir
 
 
 def start_run(cfg_file: Path, **popen: Any) -> subprocess.Popen:
@@ -26,3 +31,20 @@ def wait_for_rounds(proc: subprocess.Popen, runs: Path, name: str, rounds: int, 
             return found[0]
         time.sleep(0.05)
     raise AssertionError(f"round {rounds} was not recorded in time: {proc.stderr.read() if proc.poll() is not None else ''}")
+
+
+def kill_and_resume(raw: dict[str, Any], tmp_path: Path, after_rounds: int) -> Path:
+    """Run config ``raw`` (its ``out_dir`` and ``name`` set) with ``fedaug run``, SIGKILL it once
+    ``after_rounds`` rounds are recorded, then finish it with ``fedaug resume``; its run directory."""
+    cfg_file = tmp_path / "cfg.toml"
+    cfg_file.write_text(dump_toml(raw))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = start_run(cfg_file, env=env)
+    run_dir = wait_for_rounds(proc, Path(raw["out_dir"]), raw["name"], after_rounds).parent
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(RunDir(run_dir).rounds()) < raw["train"]["rounds"] and not (run_dir / "summary.json").exists()
+    out = subprocess.run([sys.executable, "-m", "fedaug", "resume", str(run_dir), "-q", "--format", "json"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return run_dir

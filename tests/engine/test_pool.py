@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe, build_recipe
 from tests.conftest import tiny_raw
 from tests.engine.pool_helpers import KillOnce, RaiseIn, UnbuildableInWorkers
-from tests.engine.runs import start_run, wait_for_rounds
+from tests.engine.runs import kill_and_resume, start_run, wait_for_rounds
 from tests.engine.test_resume import comparable, summary_numbers
 
 #: method -> (base, augs, options): the issue's list (FedBN as the method and as FedAvg's bn="local";
@@ -93,18 +91,7 @@ def test_a_sigkilled_run_on_two_workers_resumes_to_the_uninterrupted_numbers(tmp
     raw = config(2).to_dict()
     raw["train"]["rounds"] = 6
     raw.update(out_dir=str(tmp_path / "runs"), checkpoint_every=2, name="killed")
-    cfg_file = tmp_path / "cfg.toml"
-    cfg_file.write_text(dump_toml(raw))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = start_run(cfg_file, env=env)
-    metrics = wait_for_rounds(proc, tmp_path / "runs", "killed", 3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    run_dir = metrics.parent
-    assert len(RunDir(run_dir).rounds()) < 6
-    out = subprocess.run([sys.executable, "-m", "fedaug", "resume", str(run_dir), "-q"], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    run_dir = kill_and_resume(raw, tmp_path, 3)
     raw.update(out_dir=str(tmp_path / "ref"), workers=1)
     with torch_threads(1):
         _, ref = run_experiment(validate(raw), quiet=True)

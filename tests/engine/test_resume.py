@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from fedaug.engine.records import RunDir
 from fedaug.engine.runlock import LOCK
 from fedaug.engine.simulate import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
-from tests.engine.runs import start_run, wait_for_rounds
+from tests.engine.runs import kill_and_resume
 from tests.engine.test_runlock import holder
 
 
@@ -67,19 +64,7 @@ def test_resume_after_an_exception_equals_uninterrupted(tmp_path, monkeypatch):
 def test_resume_after_sigkill_between_checkpoints_equals_uninterrupted(tmp_path):
     raw = tiny_raw(rounds=8)
     raw.update(out_dir=str(tmp_path / "runs"), checkpoint_every=3, name="killed")
-    cfg_file = tmp_path / "cfg.toml"
-    cfg_file.write_text(dump_toml(validate(raw).to_dict()))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = start_run(cfg_file, env=env)
-    metrics = wait_for_rounds(proc, tmp_path / "runs", "killed", 4)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    run_dir = metrics.parent
-    done = len(RunDir(run_dir).rounds())
-    assert done < 8 and not (run_dir / "summary.json").exists()
-    out = subprocess.run([sys.executable, "-m", "fedaug", "resume", str(run_dir), "-q", "--format", "json"],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    run_dir = kill_and_resume(validate(raw).to_dict(), tmp_path, 4)
     raw["out_dir"] = str(tmp_path / "ref")
     _, ref = run_experiment(validate(raw), quiet=True)
     assert comparable(run_dir) == comparable(ref.path)
