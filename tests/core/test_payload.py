@@ -10,6 +10,7 @@ import torch
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import (
     FUSED_MAX,
+    Against,
     PassedParts,
     TensorSpec,
     message_nbytes,
@@ -200,3 +201,41 @@ def test_passed_parts_skips_the_read_for_a_tensor_that_passed(monkeypatch):
     checked.validate({"w": w}, spec, "down", "train")
     checked.validate({"w": w}, spec, "down", "evaluate")  # another key: checked
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_distance_shortcut_never_passes_what_reading_the_extremes_refuses(seed):
+    """Against (an upload checked against what was sent) is one-sided too: the verdict and message are
+    those of reading every extreme, and each measured distance is ||t - r||."""
+    g = torch.Generator().manual_seed(seed)
+    bound = float(10 ** torch.randint(0, 7, (), generator=g))
+    part, spec, sent = {}, {}, {}
+    for i in range(6):
+        dtype = (torch.float32, torch.float64)[i % 2]
+        n = int(torch.randint(1, 300, (), generator=g))
+        r = (torch.randn(n, generator=g) * bound * float(torch.rand((), generator=g)) * 0.4).to(dtype)
+        t = r + (torch.randn(n, generator=g) * bound * float(torch.rand((), generator=g)) * (0.05 if i % 3 else 2.0)).to(dtype)
+        if torch.rand((), generator=g) < 0.3:
+            t[int(torch.randint(n, (), generator=g))] = (math.nan, math.inf, -math.inf, bound * 1.0001)[i % 4]
+        if i == 5 and torch.rand((), generator=g) < 0.5:
+            r = r[:-1] if n > 1 else r.double()  # no counterpart: read as usual
+        part[f"t{i}"], spec[f"t{i}"], sent[f"t{i}"] = t, TensorSpec(tuple(t.shape), dtype), r
+    against = Against(sent, {})
+    want = _exact_problems(part, spec, bound)
+    if want:
+        with pytest.raises(PayloadError) as err:
+            validate_part(part, spec, "up", bound, against)
+        assert err.value.args[0] == "up: " + "; ".join(want)
+    else:
+        assert validate_part(part, spec, "up", bound, against) == part
+    for name, d in against.distances.items():
+        exact = float((part[name].double() - sent[name].double()).norm())
+        assert d == exact or math.isclose(d, exact, rel_tol=1e-5) or not math.isfinite(exact)
+
+
+def test_a_ranged_entry_is_measured_but_its_range_is_still_read():
+    spec = {"var": TensorSpec((2,), torch.float32, low=0.0)}
+    against = Against({"var": torch.tensor([0.5, 0.0])}, {})
+    with pytest.raises(PayloadError, match=r"'var' holds -0\.001, below its smallest allowed value 0"):
+        validate_part({"var": torch.tensor([0.5, -0.001])}, spec, "up", 1e6, against)
+    assert against.distances == {"var": pytest.approx(0.001)}

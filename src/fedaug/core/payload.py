@@ -13,6 +13,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -135,6 +136,52 @@ def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[st
     return out
 
 
+class Against:
+    """What :func:`validate_part` measures of a reply's part against the part the server sent (the
+    ``reference``): for each entry with a same-shaped, same-dtype float32/float64 CPU counterpart, the
+    distance ``||t - r||_2`` (into :attr:`distances`); and, where ``max|r| + ||t - r||`` is finite and at
+    most half the bound, that every value of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``),
+    so ``t`` needs no read of its own: one pass over an upload gives the server's value check and its
+    update norm (engine/screen.py).
+
+    Args:
+        reference: the part sent, ``{name: tensor}``.
+        cache: kept by the caller across a phase: difference buffers by shape, dtype and device, and
+            each reference tensor's largest ``|value|`` (read once per object and version).
+    """
+
+    def __init__(self, reference: Mapping[str, object], cache: dict[object, Any]) -> None:
+        self.reference, self.cache = reference, cache
+        self.distances: dict[str, float] = {}
+
+    def measure(self, tensors: Mapping[str, Tensor], max_abs: float | None, boundable: set[str]) -> set[str]:
+        """Fill :attr:`distances` for ``tensors`` with a counterpart; return the names in ``boundable``
+        (those whose spec sets no range) proven within bounds."""
+        half = math.inf if max_abs is None else max_abs / 2
+        out = set()
+        for name, t in tensors.items():
+            r = self.reference.get(name)
+            if not (isinstance(r, Tensor) and t.dtype in _NORMED and r.dtype == t.dtype and t.shape == r.shape
+                    and t.is_cpu and r.is_cpu and t.numel()):
+                continue
+            key = (t.shape, t.dtype)
+            if key not in self.cache:
+                self.cache[key] = torch.empty(t.shape, dtype=t.dtype)
+            distance = float(torch.linalg.vector_norm(torch.sub(t.detach(), r, out=self.cache[key])))
+            self.distances[name] = distance
+            if name in boundable and math.isfinite(distance) and self._largest(r) + distance <= half:
+                out.add(name)  # (a NaN largest compares False)
+        return out
+
+    def _largest(self, r: Tensor) -> float:
+        seen = self.cache.get(id(r))
+        if seen is None or seen[0]() is not r or seen[1] != r._version:
+            lo, hi = value_extremes({"r": r})["r"]
+            seen = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r holds a non-finite value
+            self.cache[id(r)] = seen
+        return seen[2]
+
+
 #: tensors with at least this many values are read one by one even when fused (see :func:`value_extremes`)
 FUSED_MAX = 1 << 16
 
@@ -199,7 +246,8 @@ def _fused_extremes(group: list[Tensor], dtype: torch.dtype) -> Tensor:
     return extremes.masked_fill_(nonfinite.unsqueeze(1), math.nan)
 
 
-def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = None) -> Part:
+def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = None,
+                  against: Against | None = None) -> Part:
     """Check ``part`` against ``spec``; return it unchanged, or raise one error listing all problems.
 
     Args:
@@ -207,6 +255,8 @@ def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = 
         spec: expected names and their :class:`TensorSpec`.
         where: who sent what, for the message (``"uplink of client 3, part 'fedavg'"``).
         max_abs: the largest ``|value|`` any tensor may hold (``None``: no bound).
+        against: the part this one answers (:class:`Against`): entries within bounds by their distance
+            to it are not read again, and the distances are kept there.
 
     Raises:
         PayloadError: not a dict, missing or unexpected names, wrong shapes or dtypes, sizes that
@@ -226,7 +276,9 @@ def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = 
     sizes: dict[str, int] = {}
     names = sorted(set(spec) & set(part))
     tensors = {n: part[n] for n in names if isinstance(part[n], Tensor)}
-    bounded = norm_bounded({n: t for n, t in tensors.items() if spec[n].low is None and spec[n].high is None}, max_abs)
+    free = {n: t for n, t in tensors.items() if spec[n].low is None and spec[n].high is None}
+    bounded = against.measure(tensors, max_abs, set(free)) if against is not None else set()
+    bounded |= norm_bounded({n: t for n, t in free.items() if n not in bounded}, max_abs)
     unread = {n: t for n, t in tensors.items() if n not in bounded}
     extremes = value_extremes(unread)
     for name in names:

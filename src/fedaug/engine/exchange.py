@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import Message, Spec, message_nbytes, part_nbytes, validate_part
+from fedaug.core.payload import Against, Message, Spec, message_nbytes, part_nbytes, validate_part
 from fedaug.engine.fleet import RECORD_NAME, Dropped, Fleet, Malformed, Reply
 from fedaug.methods.component import Component, Phase, State
 
@@ -59,6 +59,8 @@ class PhaseResult:
         rejected: ``{"client", "phase", "reason"}`` of each reply that failed its check.
         dropped: :meth:`Dropped.record` of each client that did not answer.
         down, up: bytes per message part (component name, or ``meters``), per direction.
+        distances: with ``against_sent``, per accepted client, per part, each entry's distance to what
+            the server sent (:class:`~fedaug.core.payload.Against`).
     """
 
     replies: dict[int, Reply] = field(default_factory=dict)
@@ -66,6 +68,7 @@ class PhaseResult:
     dropped: list[dict[str, Any]] = field(default_factory=list)
     down: dict[str, int] = field(default_factory=dict)
     up: dict[str, int] = field(default_factory=dict)
+    distances: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def comm(self) -> dict[str, Any]:
         """The phase's traffic as round records show it."""
@@ -75,8 +78,7 @@ class PhaseResult:
 
 def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: Fleet,
              senders: Sequence[Component], server: Mapping[str, State], reply_specs: Mapping[str, Spec],
-             bound: Callable[[str], float | None] = lambda part: None,
-             on_accept: Callable[[int, Reply], None] | None = None) -> PhaseResult:
+             bound: Callable[[str], float | None] = lambda part: None, against_sent: bool = False) -> PhaseResult:
     """Run ``phase`` of round ``r`` on ``client_ids`` through ``fleet``.
 
     Args:
@@ -89,18 +91,25 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         reply_specs: ``{part name: spec}`` every reply must meet (a missing part is an empty one).
         bound: the largest ``|value|`` a reply's part may hold, by part name (``None``: no bound);
             :meth:`~fedaug.config.schema.TrustConfig.bound`.
-        on_accept: called with each accepted reply as it arrives (the server's update norms: a read of
-            the reply while it is in the cache).
+        against_sent: check each reply's parts against the parts sent to that client
+            (:class:`~fedaug.core.payload.Against`): entries within bounds by their distance to what was
+            sent are not read again, and the distances (the update norms' terms) are kept in
+            :attr:`PhaseResult.distances`; one pass over every upload for both.
 
     Returns:
         The accepted replies, the rejected and dropped clients with reasons, and the bytes.
     """
     out = PhaseResult(down={c.name: 0 for c in senders}, up={name: 0 for name in reply_specs})
 
+    sent: dict[int, Message] = {}
+    cache: dict[object, Any] = {}
+
     def message(cid: int) -> Message:
         built = {c.name: c.downlink(server[c.name], cid, phase) for c in senders}
         for name, nbytes in message_nbytes(built).items():
             out.down[name] += nbytes
+        if against_sent:
+            sent[cid] = built
         return built
 
     for cid, answer in fleet.run(phase, r, lr, client_ids, message):
@@ -118,9 +127,12 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         for name in reply_specs:
             part = answer.message.get(name, {})
             out.up[name] += part_nbytes(part) if isinstance(part, Mapping) else 0
+        built = sent.pop(cid, {})
+        measured = {name: Against(built.get(name, {}), cache) for name in reply_specs} if against_sent else {}
         try:
             for name, spec in reply_specs.items():
-                validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name))
+                validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name),
+                              measured.get(name))
             extra = sorted(set(answer.message) - set(reply_specs), key=str)
             if extra:
                 raise PayloadError(f"{where}: unexpected part(s) {', '.join(map(repr, extra))}")
@@ -131,6 +143,6 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
             out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": str(exc)})
             continue
         out.replies[cid] = answer
-        if on_accept is not None:
-            on_accept(cid, answer)
+        if against_sent:
+            out.distances[cid] = {name: m.distances for name, m in measured.items()}
     return out

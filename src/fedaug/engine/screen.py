@@ -31,12 +31,12 @@ keeps no global model (FedProto) has no update to measure: nothing is recorded o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from fedaug.config.schema import TrustConfig
 from fedaug.core.errors import ConfigError, suggest
@@ -48,38 +48,32 @@ from fedaug.privacy.clip import clip_update, update_entries
 
 
 def update_norm(base: Component, server: State, client_id: int, reply: Reply,
-                scratch: dict[tuple[Any, ...], Tensor] | None = None) -> float:
+                distances: Mapping[str, float] | None = None) -> float:
     """``||w_k - w||_2`` of one reply's part of the server rule ``base``, against the downlink ``base``
     sends that client in training, over the floating entries of equal name and shape
-    (:func:`~fedaug.privacy.clip.update_entries`): each entry's difference and its L2 norm in its own
-    dtype, the norms combined in float64. The server computes it as a reply
-    arrives (:func:`~fedaug.engine.exchange.exchange`'s ``on_accept``), while the reply is still in the
-    cache: it is a read of every weight of every upload.
+    (:func:`~fedaug.privacy.clip.update_entries`): each entry's distance in its own dtype, combined in
+    float64. The exchange measures the distances as it checks the reply's values (one pass over the
+    upload, :class:`~fedaug.core.payload.Against`); an entry it did not measure is measured here.
 
     Args:
         base: the server rule (the component that owns the model weights).
         server: its server state (as it was when the round's messages were built).
         client_id: the client.
         reply: its validated training reply.
-        scratch: buffers for the differences, by shape, dtype and device, kept by the caller across
-            a round's replies (a fresh ``w_k - w`` per entry would allocate, and fault in, a model's
-            worth of memory per upload).
+        distances: the entries' distances the exchange measured (``PhaseResult.distances``).
     """
     sent, part = base.downlink(server, client_id, "train"), reply.message[base.name]
-    scratch = {} if scratch is None else scratch
-    norms = []
-    for k in update_entries(part, sent):
-        t = part[k]
-        key = (t.shape, t.dtype, t.device)
-        if key not in scratch:
-            scratch[key] = torch.empty_like(t, memory_format=torch.contiguous_format)
-        norms.append(torch.linalg.vector_norm(torch.sub(t, sent[k], out=scratch[key])))
-    return float(torch.stack(norms).double().square().sum().sqrt()) if norms else 0.0
+    known = distances or {}
+    squares = [(known[k] if k in known else float(torch.linalg.vector_norm(part[k] - sent[k]))) ** 2
+               for k in update_entries(part, sent)]
+    return math.sqrt(sum(squares))
 
 
-def update_norms(base: Component, server: State, replies: Mapping[int, Reply]) -> dict[int, float]:
-    """:func:`update_norm` of each reply, by ascending client id."""
-    return {cid: update_norm(base, server, cid, replies[cid]) for cid in sorted(replies)}
+def update_norms(base: Component, server: State, replies: Mapping[int, Reply],
+                 distances: Mapping[int, Mapping[str, Mapping[str, float]]] | None = None) -> dict[int, float]:
+    """:func:`update_norm` of each reply, by ascending client id (with the exchange's ``distances``)."""
+    return {cid: update_norm(base, server, cid, replies[cid], (distances or {}).get(cid, {}).get(base.name))
+            for cid in sorted(replies)}
 
 
 def lower_median(values: list[float]) -> float:
@@ -93,15 +87,13 @@ def lower_median(values: list[float]) -> float:
 
 
 def screen_updates(trust: TrustConfig, base: Component, server: State, result: PhaseResult,
-                   r: int, norms: Mapping[int, float] | None = None) -> dict[str, Any] | None:
+                   r: int) -> dict[str, Any] | None:
     """Record the update norm of every validated training reply in ``result`` and screen them as
     ``trust.screen`` says (module docstring); ``result`` is changed in place: a rejected reply moves
     from ``replies`` to ``rejected`` with its reason, a clipped one has its ``base`` part replaced
     by one whose update norm is the median.
 
-    Args:
-        norms: the replies' :func:`update_norm`, where the caller took them as they arrived (default:
-            computed here).
+    The norms come from the distances the exchange measured (``result.distances``), where it did.
 
     Returns:
         The round record's ``updates`` entry: ``norm`` (client id -> norm), ``median`` and, with
@@ -110,8 +102,7 @@ def screen_updates(trust: TrustConfig, base: Component, server: State, result: P
     """
     if not base.keeps_global_model or not result.replies:
         return None
-    norms = ({cid: norms[cid] for cid in sorted(result.replies)} if norms is not None
-             else update_norms(base, server, result.replies))
+    norms = update_norms(base, server, result.replies, result.distances)
     median = lower_median(list(norms.values()))
     record: dict[str, Any] = {"norm": {str(cid): n for cid, n in norms.items()}, "median": median}
     if trust.screen == "off":

@@ -16,12 +16,11 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig
@@ -35,12 +34,12 @@ from fedaug.engine.attack import check_attack
 from fedaug.engine.evaluate import FINETUNED, meters_of, meters_spec, summarize_eval
 from fedaug.engine.exchange import PhaseResult, exchange
 from fedaug.engine.finetune import finetune_senders
-from fedaug.engine.fleet import METERS, Fleet, Reply
+from fedaug.engine.fleet import METERS, Fleet
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
 from fedaug.engine.tracking import Tracker
 from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
-from fedaug.engine.screen import check_trust, screen_updates, update_norm
+from fedaug.engine.screen import check_trust, screen_updates
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
@@ -164,8 +163,7 @@ class Server:
                                          cfg.privacy.delta, cfg.privacy.accountant)
 
     # --- one round ----------------------------------------------------------------------------
-    def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int],
-                  on_accept: Callable[[int, Reply], None] | None = None) -> PhaseResult:
+    def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
         """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`); an
         evaluation with ``eval.finetune_steps`` also sends the training downlinks
         (:func:`~fedaug.engine.finetune.finetune_senders`) and expects the fine-tuned meters."""
@@ -179,7 +177,8 @@ class Server:
                 senders, server = senders + extra, {**self.server, **states}
         else:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
-        return exchange(phase, r, lr, client_ids, self.fleet, senders, server, specs, self.cfg.trust.bound, on_accept)
+        return exchange(phase, r, lr, client_ids, self.fleet, senders, server, specs, self.cfg.trust.bound,
+                        against_sent=phase == "train" and self.recipe.base.keeps_global_model)
 
     def _aggregate(self, phase: Phase, r: int, result: PhaseResult) -> dict[str, str] | None:
         """Each component that replies in ``phase`` folds the accepted replies, sorted by client id
@@ -224,14 +223,8 @@ class Server:
         lr = learning_rate(cfg.train, r)
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
         base = self.recipe.base
-        norms: dict[int, float] = {}  # each upload's update norm, taken as it arrives (engine/screen.py)
-        scratch: dict[tuple[Any, ...], Tensor] = {}
-
-        def measure(cid: int, reply: Reply) -> None:
-            norms[cid] = update_norm(base, self.server[base.name], cid, reply, scratch)
-
-        train = self._exchange("train", r, lr, sampled, measure if base.keeps_global_model else None)
-        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r, norms)
+        train = self._exchange("train", r, lr, sampled)  # with each upload's distances to what it was sent
+        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r)
         rejected, dropped = list(train.rejected), list(train.dropped)
         enough = len(train.replies) >= cfg.train.min_clients
         if not enough:
