@@ -27,8 +27,9 @@ import signal
 import traceback
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -243,7 +244,7 @@ class ProcessFleet(StatesHere):
         for k in range(self.cfg.workers):
             device = self._devices[k % len(self._devices)]
             ours, theirs = ctx.Pipe()
-            setup = _Setup(**{**self._setup.__dict__, "device": device})
+            setup = replace(self._setup, device=device)
             process = ctx.Process(target=_serve, args=(theirs, setup), name=f"fedaug-worker-{k}", daemon=True)
             process.start()
             theirs.close()
@@ -265,14 +266,14 @@ class ProcessFleet(StatesHere):
             w.channel.send(None)
             w.channel.reset()
         ids = list(client_ids)
-        queue = sorted(ids, key=lambda cid: -expected_cost(phase, self.clients[cid], self.cfg.train))
+        queue = deque(sorted(ids, key=lambda cid: -expected_cost(phase, self.clients[cid], self.cfg.train)))
         done: dict[int, Reply] = {}
         head = 0  # the next answer to yield, in the order asked
         try:
             while head < len(ids):
                 for w in pool:
                     if w.client is None and queue:
-                        w.client = queue.pop(0)
+                        w.client = queue.popleft()
                         w.channel.send((phase, w.client, r, lr, message(w.client), self.client_states.get(w.client, {})))
                 for conn in wait([w.channel.conn for w in pool if w.client is not None]):
                     w = next(p for p in pool if p.channel.conn is conn)

@@ -76,30 +76,14 @@ class Channel:
             remember: keep its tensors (alive, until :meth:`reset`) to send them again as references;
                 ``False`` for what is sent once (a worker's replies): only their bytes travel.
         """
-        fresh: list[tuple[Tensor, int]] = []
-        channel, end = self, [0]
-
-        class _Pickler(pickle.Pickler):
-            def persistent_id(self, x: Any) -> Any:
-                if not isinstance(x, Tensor):
-                    return None
-                seen = channel._sent.get(id(x))
-                if seen is not None and seen[0] is x and seen[1] == x._version:
-                    return (_SEEN, seen[2])
-                if remember:
-                    channel._sent[id(x)] = (x, x._version, channel._count)
-                channel._count += 1
-                offset, nbytes = end[0], x.numel() * x.element_size()
-                end[0] += -(-nbytes // ALIGN) * ALIGN
-                fresh.append((x, offset))
-                return (_NEW, str(x.dtype).removeprefix("torch."), tuple(x.shape), offset)
-
         body = io.BytesIO()
-        _Pickler(body, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        pickler = _Pickler(body, self, remember)
+        pickler.dump(obj)
+        fresh, end = pickler.fresh, pickler.end
         arena = None
-        if self._out is None or self._out.numel() < end[0]:
-            if end[0]:
-                arena = self._new_arena(max(end[0], MIN_ARENA, 2 * (0 if self._out is None else self._out.numel())))
+        if self._out is None or self._out.numel() < end:
+            if end:
+                arena = self._new_arena(max(end, MIN_ARENA, 2 * (0 if self._out is None else self._out.numel())))
         out = self._out
         for t, offset in fresh:
             if t.numel():
@@ -123,21 +107,53 @@ class Channel:
             path, size = arena
             self._in = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
             _unlink([Path(path)])
-        channel = self
+        return _Unpickler(io.BytesIO(body), self).load()
 
-        class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: Any) -> Tensor:
-                if pid[0] == _SEEN:
-                    return channel._received[pid[1]]
-                _, dtype, shape, offset = pid
-                t = torch.empty(shape, dtype=getattr(torch, dtype))
-                if t.numel():
-                    n = t.numel() * t.element_size()
-                    t.copy_(channel._in[offset:offset + n].view(t.dtype).view(t.shape))  # type: ignore[index]
-                channel._received.append(t)
-                return t
 
-        return _Unpickler(io.BytesIO(body)).load()
+class _Pickler(pickle.Pickler):
+    """Pickles a nest with its tensors left out: each new one gets an offset in the sender's arena
+    (:attr:`fresh`, up to :attr:`end` bytes), each one sent before unchanged a reference."""
+
+    def __init__(self, file: io.BytesIO, channel: Channel, remember: bool) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.channel, self.remember = channel, remember
+        self.fresh: list[tuple[Tensor, int]] = []
+        self.end = 0
+
+    def persistent_id(self, x: Any) -> Any:
+        if not isinstance(x, Tensor):
+            return None
+        ch = self.channel
+        seen = ch._sent.get(id(x))
+        if seen is not None and seen[0] is x and seen[1] == x._version:
+            return (_SEEN, seen[2])
+        if self.remember:
+            ch._sent[id(x)] = (x, x._version, ch._count)
+        ch._count += 1
+        offset, nbytes = self.end, x.numel() * x.element_size()
+        self.end += -(-nbytes // ALIGN) * ALIGN
+        self.fresh.append((x, offset))
+        return (_NEW, str(x.dtype).removeprefix("torch."), tuple(x.shape), offset)
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles what :class:`_Pickler` wrote, copying each new tensor out of the sender's arena."""
+
+    def __init__(self, file: io.BytesIO, channel: Channel) -> None:
+        super().__init__(file)
+        self.channel = channel
+
+    def persistent_load(self, pid: Any) -> Tensor:
+        ch = self.channel
+        if pid[0] == _SEEN:
+            return ch._received[pid[1]]
+        _, dtype, shape, offset = pid
+        t = torch.empty(shape, dtype=getattr(torch, dtype))
+        if t.numel():
+            n = t.numel() * t.element_size()
+            t.copy_(ch._in[offset:offset + n].view(t.dtype).view(t.shape))  # type: ignore[index]
+        ch._received.append(t)
+        return t
 
 
 def _unlink(paths: list[Path]) -> None:
