@@ -8,10 +8,11 @@ Two jobs (FedAvg, evaluation off, SGD lr 0.05, momentum 0.9, weight decay 5e-4):
 - **W2, many small clients**: FedAvg's 2NN (``mlp``, 784-200-200-10) on 1x28x28, 1,000 clients of
   20 samples, 100 a round, 2 local steps of 10.
 
-Every measurement is a fresh subprocess (one warm-up round, then timed rounds); the engine and the
-bare loop alternate so that machine noise hits both. Reported: median s/round, clients/s,
-samples/s (training samples processed), the ratio engine / bare of the medians, and each process's
-peak RSS. ``--pin CPU`` pins every child to that core (compare on one core with ``--threads 1``).
+Every measurement is a fresh subprocess (one warm-up round, then timed rounds). The engine and the
+bare loop run in one process at one thread, round by round in alternating order, so that what slows
+the machine for a moment slows both. Reported: median s/round, clients/s, samples/s (training samples
+processed), the ratio engine / bare of the medians and the median of the rounds' ratios, and each
+side's peak RSS (a short process of its own). ``--pin CPU`` pins every child to that core.
 Then ``workers`` = 1, 2 (4, 8 where the machine has the cores) at ``threads`` = 1 each, against
 ``workers = 1`` with that many threads.
 
@@ -84,14 +85,8 @@ def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str
     cfg = engine_config(job, rounds, threads, workers, device)
     configure_process(cfg.threads)
     sim = build_simulation(cfg)
-    times = []
     with sim:
-        for r in range(1, rounds + 1):
-            t0, c0 = time.perf_counter(), time.process_time()
-            sim.run_round(r)
-            _sync(device)
-            times.append((time.perf_counter() - t0, time.process_time() - c0))
-    return times
+        return [timed_round(sim.run_round, r, device) for r in range(1, rounds + 1)]
 
 
 def _sync(device: str) -> None:
@@ -99,26 +94,29 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> list[tuple[float, float]]:
+class BareLoop:
     """The same work as a plain PyTorch FedAvg loop: sample, load the global weights, the local SGD
     steps on reshuffled mini-batches, copy the weights, average them weighted by samples."""
-    from fedaug.core.runtime import configure_process
-    from fedaug.data.registry import load_dataset
-    from fedaug.models.registry import build_model
 
-    configure_process(threads)
-    data = load_dataset("synthetic", 0, **job.data_options)
-    torch.manual_seed(0)
-    model = build_model(job.model, job.channels, 10).to(device)
-    global_sd = {k: v.clone() for k, v in model.state_dict().items()}
-    times = []
-    for r in range(1, rounds + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
+    def __init__(self, job: Job, threads: int, device: str = "cpu") -> None:
+        from fedaug.core.runtime import configure_process
+        from fedaug.data.registry import load_dataset
+        from fedaug.models.registry import build_model
+
+        configure_process(threads)
+        self.job, self.device = job, device
+        self.data = load_dataset("synthetic", 0, **job.data_options)
+        torch.manual_seed(0)
+        self.model = build_model(job.model, job.channels, 10).to(device)
+        self.global_sd = {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def run_round(self, r: int) -> None:
+        job, device, model = self.job, self.device, self.model
         sampled = sorted(torch.randperm(job.num_clients, generator=torch.Generator().manual_seed(r))[:job.per_round])
         states, sizes = [], []
         for k in sampled:
-            client = data.clients[int(k)]
-            model.load_state_dict(global_sd)
+            client = self.data.clients[int(k)]
+            model.load_state_dict(self.global_sd)
             model.train()
             opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
             g = torch.Generator(device).manual_seed(1000 * r + int(k))
@@ -136,20 +134,51 @@ def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> lis
             states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
             sizes.append(n)
         total = sum(sizes)
-        global_sd = {name: (sum(s[name].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
-                     if v.is_floating_point() else max(s[name] for s in states) for name, v in global_sd.items()}
-        _sync(device)
-        times.append((time.perf_counter() - t0, time.process_time() - c0))
-    return times
+        self.global_sd = {name: (sum(s[name].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
+                          if v.is_floating_point() else max(s[name] for s in states)
+                          for name, v in self.global_sd.items()}
+
+
+def timed_round(run, r: int, device: str) -> tuple[float, float]:
+    """(wall, process CPU) seconds of ``run(r)``."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    run(r)
+    _sync(device)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> list[tuple[float, float]]:
+    """(wall, process CPU) seconds of each round of :class:`BareLoop`."""
+    loop = BareLoop(job, threads, device)
+    return [timed_round(loop.run_round, r, device) for r in range(1, rounds + 1)]
+
+
+def paired_rounds(job: Job, rounds: int, device: str = "cpu") -> dict[str, list[tuple[float, float]]]:
+    """The engine (workers = 1) and the bare loop in one process at one thread, round by round in
+    alternating order (engine first in odd rounds), so that what slows the machine for a moment
+    slows both: ``{"engine": [...], "bare": [...]}``, (wall, CPU) seconds of each round."""
+    from fedaug.engine.simulate import build_simulation
+
+    loop = BareLoop(job, 1, device)
+    sim = build_simulation(engine_config(job, rounds, 1, 1, device))
+    out: dict[str, list[tuple[float, float]]] = {"engine": [], "bare": []}
+    with sim:
+        for r in range(1, rounds + 1):
+            sides = [("engine", sim.run_round), ("bare", loop.run_round)]
+            for side, run in sides if r % 2 else sides[::-1]:
+                out[side].append(timed_round(run, r, device))
+    return out
 
 
 def child(spec: dict) -> None:
-    """Run one measurement in this process; print JSON: round times and peak RSS (MB)."""
+    """Run one measurement in this process; print JSON: round times (per side for ``paired``) and peak RSS (MB)."""
     if spec.get("pin") is not None:
         os.sched_setaffinity(0, {spec["pin"]})
     job = JOBS[spec["job"]]
     device = spec.get("device", "cpu")
-    if spec["kind"] == "engine":
+    if spec["kind"] == "paired":
+        times: object = paired_rounds(job, spec["rounds"], device)
+    elif spec["kind"] == "engine":
         times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device)
     else:
         times = bare_rounds(job, spec["rounds"], spec["threads"], device)
@@ -182,28 +211,27 @@ def timed(result: dict) -> list[list[float]]:
 
 
 def compare_bare(jobs: list[Job], rounds: int, repeats: int, pin: int | None, device: str = "cpu") -> None:
-    """Engine (workers = 1) against the bare loop, alternating, one thread each."""
+    """Engine (workers = 1) against the bare loop at one thread: each repeat one process running both
+    round by round (:func:`paired_rounds`); peak RSS from one short process per side."""
     print(f"## Engine against the bare loop on {device} (1 thread{f', pinned to core {pin}' if pin is not None else ''}; "
-          f"{repeats} alternating repeats x {rounds} timed rounds after 1 warm-up)\n")
+          f"{repeats} repeats x {rounds} timed rounds after 1 warm-up, the two alternating round by round in one process)\n")
     print(HEADER)
     for job in jobs:
         eng: list[list[float]] = []
         bare: list[list[float]] = []
-        ratios = []
-        peaks = {"engine": 0.0, "bare": 0.0}
         for _ in range(repeats):
-            e = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=1, workers=1, pin=pin, device=device)
-            b = measure(kind="bare", job=job.name, rounds=rounds + 1, threads=1, pin=pin, device=device)
-            eng += timed(e)
-            bare += timed(b)
-            ratios.append(statistics.median(t[0] for t in timed(e)) / statistics.median(t[0] for t in timed(b)))
-            peaks["engine"] = max(peaks["engine"], e["peak_mb"])
-            peaks["bare"] = max(peaks["bare"], b["peak_mb"])
+            both = measure(kind="paired", job=job.name, rounds=rounds + 1, pin=pin, device=device)["times"]
+            eng += both["engine"][1:]  # the first round pays one-time costs (lazy imports, allocator warm-up)
+            bare += both["bare"][1:]
+        peaks = {kind: measure(kind=kind, job=job.name, rounds=2, threads=1, workers=1, pin=pin,
+                               device=device)["peak_mb"] for kind in ("engine", "bare")}
         print(row(job, "fedaug engine", eng, peaks["engine"]))
         print(row(job, "bare PyTorch", bare, peaks["bare"]))
         wall, cpu = (statistics.median(t[i] for t in eng) / statistics.median(t[i] for t in bare) for i in (0, 1))
-        print(f"| {job.name} | **engine / bare** | **{wall:.3f}** | **{cpu:.3f}** | per repeat (wall): "
-              f"{', '.join(f'{r:.3f}' for r in ratios)} | | |")
+        paired = sorted(e[0] / b[0] for e, b in zip(eng, bare))
+        quart = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
+        print(f"| {job.name} | **engine / bare** | **{wall:.3f}** | **{cpu:.3f}** | median of the {len(paired)} "
+              f"rounds' ratios {statistics.median(paired):.3f} (quartiles {quart[0]:.3f}-{quart[1]:.3f}) | | |")
     print()
 
 

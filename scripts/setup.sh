@@ -21,10 +21,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   pip install -q --disable-pip-version-check -c "$VENV/constraints.txt" -e ".[data,flower,privacy,gpu,tracking,test]"
   touch "$stamp"
 fi
-# The FFA layer's compiled CPU kernel (docs/fedfa.md): built once into ~/.cache/fedaug/kernels for runs
-# that ask for it (method.options.fedfa.kernel = "on"); the default path is pure PyTorch and needs no compiler.
-"$VENV/bin/fedaug" kernel >/dev/null || echo "setup: the FFA kernel did not build (see above); runs with" \
-  "kernel = \"on\" fail and the kernel's tests are skipped until g++ is installed" >&2
+# The compiled CPU libraries, built once into ~/.cache/fedaug/kernels: the FFA layer's kernel (docs/fedfa.md)
+# for runs that ask for it (method.options.fedfa.kernel = "on"; the default path is pure PyTorch), and the
+# server's one-pass arithmetic on uploads (docs/engine.md), which runs use where it is built: same results.
+"$VENV/bin/fedaug" kernel >/dev/null || echo "setup: the compiled libraries did not build (see above); runs with" \
+  "kernel = \"on\" fail, the server takes its slower PyTorch path, and their tests are skipped until g++ is" \
+  "installed" >&2
 
 # Optional Debian data packages (see docs/data.md): Fashion-MNIST, espeak-ng (spoken digits), mricron-data (brain MRI);
 # chromium renders `fedaug report` pages headless in tests/report/test_browser.py; g++ builds the FFA kernel.

@@ -69,3 +69,32 @@ def needs_kernel() -> None:
 
 #: mark for the tests that run the compiled FFA kernel
 requires_kernel = pytest.mark.usefixtures("needs_kernel")
+
+
+@pytest.fixture
+def server_library() -> None:
+    """Build or load the compiled server library (fedaug.core.server_ops); skip the test, saying why,
+    where that fails (no C++ compiler): runs then take its PyTorch path, which the other tests cover."""
+    from fedaug.core import native, server_ops
+
+    try:
+        server_ops.build()
+    except native.KernelBuildError as exc:
+        pytest.skip(f"the compiled server library cannot be built here, so its path is untested: {exc}")
+    server_ops._STATE.clear()  # looked up again, now that it is built
+    assert server_ops.loaded() is not None
+
+
+@pytest.fixture
+def no_server_library(monkeypatch) -> None:
+    """Runs the server's PyTorch path, as where the compiled library is not built."""
+    from fedaug.core import server_ops
+
+    monkeypatch.setitem(server_ops._STATE, "ops", None)
+
+
+@pytest.fixture(params=["compiled", "pytorch"])
+def server_path(request) -> str:
+    """Each test using it runs on both of the server's paths (the compiled library, PyTorch)."""
+    request.getfixturevalue("server_library" if request.param == "compiled" else "no_server_library")
+    return request.param

@@ -1,21 +1,26 @@
-"""``fedaug kernel``: build the FFA layer's compiled CPU kernel ahead of time, or say where it stands."""
+"""``fedaug kernel``: build fedaug's compiled CPU libraries ahead of time (the FFA layer's kernel, the
+server's one-pass arithmetic on uploads), or say where they stand."""
 
 from __future__ import annotations
 
 import argparse
 
+from fedaug.core import server_ops
 from fedaug.layers import kernel
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("kernel", help="build the FFA layer's compiled CPU kernel (else built when a run needs it)",
-                       description="Compile (or find cached) the fused FFA kernel and print the library's "
-                                   "path. Runs use it only where their config asks for it (method.options."
-                                   "fedfa.kernel = \"on\", likewise vfda; the default \"off\" is the "
-                                   f"pure-PyTorch path); {kernel.CACHE_ENV} moves the cache.")
+    p = sub.add_parser("kernel", help="build fedaug's compiled CPU libraries (the FFA kernel, the server's arithmetic)",
+                       description="Compile (or find cached) the fused FFA kernel and the server's library of "
+                                   "one-pass arithmetic on uploads, and print their paths, one a line. Runs use "
+                                   "the FFA kernel only where their config asks for it (method.options.fedfa."
+                                   "kernel = \"on\", likewise vfda; the default \"off\" is the pure-PyTorch path) "
+                                   "and the server's library wherever it is built (it gives the bits of its "
+                                   f"PyTorch path, faster); {kernel.CACHE_ENV} moves the cache.")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     print(kernel.build())
+    print(server_ops.build())
     return 0

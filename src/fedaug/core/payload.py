@@ -10,6 +10,7 @@ docs/engine.md, "The trust boundary"). Their sizes are what communication accoun
 from __future__ import annotations
 
 import math
+import struct
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fedaug.core import server_ops
 from fedaug.core.errors import PayloadError
 
 Part = dict[str, Tensor]
@@ -139,10 +141,17 @@ def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[st
 class Against:
     """What :func:`validate_part` measures of a reply's part against the part the server sent (the
     ``reference``): for each entry with a same-shaped, same-dtype float32/float64 CPU counterpart, the
-    distance ``||t - r||_2`` (into :attr:`distances`); and, where ``max|r| + ||t - r||`` is finite and at
-    most half the bound, that every value of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``),
-    so ``t`` needs no read of its own: one pass over an upload gives the server's value check and its
-    update norm (engine/screen.py).
+    distance ``||t - r||_2`` (into :attr:`distances`), and what that pass tells of ``t``'s values, so
+    that one pass over an upload gives the server's value check and its update norm (engine/screen.py).
+
+    A float32 entry's distance is the float32 rounding of ``sqrt(sum_i d_i^2)``, ``d_i = t_i - r_i``
+    rounded to float32, the squares (exact in float64) summed in float64. Where the compiled server
+    library is built (:mod:`fedaug.core.server_ops`) that pass reads ``t`` and ``r`` once and also
+    gives ``t``'s extremes; elsewhere the difference goes through a buffer, and where ``max|r| + ||t - r||``
+    is finite and at most half the bound every value of ``t`` is finite and within it
+    (``|t_i| <= |r_i| + |t_i - r_i|``), so ``t`` needs no read of its own. Both paths give the same
+    verdicts and messages, and the same distances unless a float64 sum falls within its own rounding
+    error of a float32 rounding boundary. A float64 entry's distance is its norm in float64.
 
     Args:
         reference: the part sent, ``{name: tensor}``.
@@ -154,24 +163,41 @@ class Against:
         self.reference, self.cache = reference, cache
         self.distances: dict[str, float] = {}
 
-    def measure(self, tensors: Mapping[str, Tensor], max_abs: float | None, boundable: set[str]) -> set[str]:
-        """Fill :attr:`distances` for ``tensors`` with a counterpart; return the names in ``boundable``
-        (those whose spec sets no range) proven within bounds."""
-        half = math.inf if max_abs is None else max_abs / 2
-        out = set()
+    def measure(self, tensors: Mapping[str, Tensor], max_abs: float | None,
+                boundable: set[str]) -> tuple[set[str], dict[str, tuple[float, float]]]:
+        """Fill :attr:`distances` for ``tensors`` with a counterpart. Return the names in ``boundable``
+        (those whose spec sets no range) proven within bounds, and the extremes ``(min, max)`` read on
+        the way (both NaN where a value is not finite; :func:`value_extremes`)."""
+        pairs = {}
         for name, t in tensors.items():
             r = self.reference.get(name)
-            if not (isinstance(r, Tensor) and t.dtype in _NORMED and r.dtype == t.dtype and t.shape == r.shape
+            if (isinstance(r, Tensor) and t.dtype in _NORMED and r.dtype == t.dtype and t.shape == r.shape
                     and t.is_cpu and r.is_cpu and t.numel()):
+                pairs[name] = (t.detach(), r)
+        ops = server_ops.loaded()
+        single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_contiguous()
+                  and p[1].is_contiguous()} if ops is not None else {}
+        extremes: dict[str, tuple[float, float]] = {}
+        if single:
+            rows = ops.upload_stats([t for t, _ in single.values()], [r for _, r in single.values()]).tolist()
+            for name, (squares, lo, hi) in zip(single, rows):
+                self.distances[name] = _float32(math.sqrt(squares))
+                extremes[name] = (lo, hi)
+        half = math.inf if max_abs is None else max_abs / 2
+        out = set()
+        for name, (t, r) in pairs.items():
+            if name in single:
                 continue
             key = (t.shape, t.dtype)
             if key not in self.cache:
                 self.cache[key] = torch.empty(t.shape, dtype=t.dtype)
-            distance = float(torch.linalg.vector_norm(torch.sub(t.detach(), r, out=self.cache[key])))
+            diff = torch.sub(t, r, out=self.cache[key])
+            distance = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
+            distance = _float32(distance) if t.dtype == torch.float32 else distance
             self.distances[name] = distance
             if name in boundable and math.isfinite(distance) and self._largest(r) + distance <= half:
                 out.add(name)  # (a NaN largest compares False)
-        return out
+        return out, extremes
 
     def _largest(self, r: Tensor) -> float:
         seen = self.cache.get(id(r))
@@ -180,6 +206,14 @@ class Against:
             seen = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r holds a non-finite value
             self.cache[id(r)] = seen
         return seen[2]
+
+
+def _float32(x: float) -> float:
+    """``x >= 0`` (or NaN) rounded to float32, to nearest (inf beyond float32's range)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.inf
 
 
 #: tensors with at least this many values are read one by one even when fused (see :func:`value_extremes`)
@@ -277,10 +311,9 @@ def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = 
     names = sorted(set(spec) & set(part))
     tensors = {n: part[n] for n in names if isinstance(part[n], Tensor)}
     free = {n: t for n, t in tensors.items() if spec[n].low is None and spec[n].high is None}
-    bounded = against.measure(tensors, max_abs, set(free)) if against is not None else set()
-    bounded |= norm_bounded({n: t for n, t in free.items() if n not in bounded}, max_abs)
-    unread = {n: t for n, t in tensors.items() if n not in bounded}
-    extremes = value_extremes(unread)
+    bounded, known = against.measure(tensors, max_abs, set(free)) if against is not None else (set(), {})
+    bounded |= norm_bounded({n: t for n, t in free.items() if n not in bounded and n not in known}, max_abs)
+    extremes = value_extremes({n: t for n, t in tensors.items() if n not in bounded and n not in known}) | known
     for name in names:
         problems.extend(spec[name].problems(name, part[name], max_abs, sizes, extremes.get(name), values=name not in bounded))
     if problems:

@@ -27,111 +27,40 @@ imported only then, so fedaug runs without triton. :func:`fused_op` picks the ke
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from fedaug.core.errors import FedaugError
+from fedaug.core import native
+from fedaug.core.native import CACHE_ENV, KernelBuildError, cache_dir
+
+__all__ = ["CACHE_ENV", "FUSED_DEVICES", "MODES", "KernelBuildError", "build", "cache_dir", "fused_op", "restyle_op",
+           "triton_op"]
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
 #: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device.
 MODES = ("off", "on")
 #: device types with a fused kernel: the compiled C++ kernel on the CPU, the Triton kernel on CUDA.
 FUSED_DEVICES = ("cpu", "cuda")
-CACHE_ENV = "FEDAUG_KERNEL_CACHE"
 #: chose the path before the ``kernel`` option existed (``auto``: the kernel when it built); no longer read.
 RETIRED_ENV = "FEDAUG_FFA_KERNEL"
 #: how to leave the kernel, for error messages.
 _FIX_OFF = ('or set the FFA layers\' kernel option to "off" (the pure-PyTorch path, the default: '
             'method.options.fedfa.kernel / method.options.vfda.kernel, FFALayer(kernel="off"))')
 
-
-class KernelBuildError(FedaugError, RuntimeError):
-    """A fused kernel could not be built or loaded (no compiler, a compile error, no triton, ...)."""
-
-
 #: the loaded op and a failed build's error, kept for the life of the process (loading is process-wide).
 _STATE: dict[str, object] = {"op": None, "error": None}
 
 
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if not cxx:
-        raise KernelBuildError("no C++ compiler found (looked at $CXX, g++, c++, clang++); install one "
-                               f"(apt-get install g++) {_FIX_OFF}")
-    return cxx
-
-
-def _command(cxx: str, out: Path) -> list[str]:
-    import torch.utils.cpp_extension as cpp  # imports setuptools: only when building
-
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    includes = [f"-I{p}" for p in cpp.include_paths()]
-    libs = [f"-L{p}" for p in cpp.library_paths()] + [f"-Wl,-rpath,{p}" for p in cpp.library_paths()]
-    return [cxx, "-O3", "-march=native", "-std=c++20", "-fopenmp", "-shared", "-fPIC",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes, str(SOURCE), *libs, "-lc10", "-ltorch_cpu", "-ltorch",
-            "-o", str(out)]
-
-
-def _cpu() -> str:
-    """The CPU's model and feature flags (``-march=native`` code built on one CPU may not run on
-    another: a cache shared between machines keeps one library per CPU kind)."""
-    with contextlib.suppress(OSError):
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        return "|".join(sorted({line for line in info if line.startswith(("model name", "flags"))}))
-    return platform.machine() + platform.processor()
-
-
-def cache_dir() -> Path:
-    """Where built libraries live: ``$FEDAUG_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/fedaug/kernels``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedaug" / "kernels"
-
-
 def build() -> Path:
-    """Compile the kernel unless a matching library is cached; return the library's path.
+    """Compile the kernel unless a matching library is cached (:func:`fedaug.core.native.build`);
+    return the library's path.
 
     Raises:
         KernelBuildError: no compiler, or the compiler failed (its last output lines are included).
     """
-    cxx = _compiler()
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
-                                     _cpu().encode(), " ".join(_command(cxx, Path())).encode()]))
-    root = cache_dir()
-    lib = root / f"ffa_restyle-{key.hexdigest()[:16]}.so"
-    if lib.is_file():
-        return lib
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{lib.stem}.lock", "w") as lock:
-        with contextlib.suppress(ImportError):  # fcntl is POSIX; elsewhere concurrent builds just race
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if lib.is_file():  # another process built it while we waited
-            return lib
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
-        os.close(fd)
-        try:
-            done = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-                raise KernelBuildError(f"compiling {SOURCE.name} with {cxx} failed (exit {done.returncode}):\n"
-                                       f"{tail}\nfix the compiler set-up {_FIX_OFF}")
-            os.replace(tmp, lib)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    return lib
+    return native.build(SOURCE, _FIX_OFF)
 
 
 def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

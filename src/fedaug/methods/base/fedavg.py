@@ -11,6 +11,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.core.server_ops import weighted_sum
 from fedaug.methods._common import load_entries
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import check_choice, range_problem
@@ -46,7 +47,9 @@ def norm_stat_keys(model: nn.Module) -> list[str]:
 def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
     """``sum_k w_k t_k / sum_k w_k`` in float64, cast back to the inputs' dtype (FedAvg, Alg. 1).
 
-    Integer tensors (e.g. BatchNorm's ``num_batches_tracked``) take the maximum instead.
+    Integer tensors (e.g. BatchNorm's ``num_batches_tracked``) take the maximum instead. The sum is
+    :func:`~fedaug.core.server_ops.weighted_sum` (one pass over each upload where the compiled
+    library is built; the same bits either way).
 
     Args:
         tensors: same-shaped tensors, one per client, in client-id order.
@@ -55,11 +58,7 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
     if not tensors[0].is_floating_point():
         return torch.stack(list(tensors)).amax(0)
     w = torch.tensor(weights, dtype=torch.float64)
-    acc = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
-    term = torch.empty_like(acc)  # one buffer for every client's w_k t_k: no allocation per client
-    for wk, t in zip((w / w.sum()).tolist(), tensors):  # host scalars: no host-to-device copy per tensor
-        acc += term.copy_(t).mul_(wk)  # the float64 cast is exact; then the same two roundings as t * wk
-    return acc.to(tensors[0].dtype)
+    return weighted_sum(tensors, (w / w.sum()).tolist()).to(tensors[0].dtype)  # host scalars: no copy per tensor
 
 
 @METHODS.register("fedavg", "FedAvg (McMahan et al. 2017): weighted mean of the clients' weights")

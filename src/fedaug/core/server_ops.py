@@ -1,0 +1,81 @@
+"""The server's arithmetic on uploads in one pass each, from a compiled library
+(``csrc/server_ops.cpp``), used where it is already built.
+
+:func:`weighted_sum` is fedavg's weighted mean before its cast (:func:`fedaug.methods.base.fedavg.
+weighted_average`) with the same bits as its PyTorch path: every element takes the same two roundings
+per client in the same order. Its PyTorch path reads each upload three times and writes a float64
+copy; here each upload is read once, which on a round of a hundred small clients is a good part of
+the server's work. Since the bits are the same, a run never waits for a compiler for it: the library
+is used where ``fedaug kernel`` (``scripts/setup.sh`` runs it) built it for this CPU and torch, and the
+PyTorch path serves everywhere else (:func:`loaded`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from fedaug.core import native
+
+SOURCE = Path(__file__).with_name("csrc") / "server_ops.cpp"
+#: no fused multiply-add: the library's sums take the PyTorch path's two roundings per term
+FLAGS = ("-ffp-contract=off",)
+_FIX = "(the server then uses its PyTorch path, which gives the same results)"
+
+#: the loaded ops, looked up once per process (None: not built here)
+_STATE: dict[str, object] = {}
+
+
+def build() -> Path:
+    """Compile the library unless a matching one is cached; return its path.
+
+    Raises:
+        KernelBuildError: no compiler, or the compiler failed.
+    """
+    return native.build(SOURCE, _FIX, FLAGS)
+
+
+def loaded() -> object | None:
+    """``torch.ops.fedaug_server`` if the library is built for this CPU and torch (loaded on the first
+    call), else ``None``; never compiles."""
+    if "ops" not in _STATE:
+        ops = None
+        try:
+            lib = native.library_path(SOURCE, native.compiler(_FIX), FLAGS)
+            if lib.is_file():
+                torch.ops.load_library(str(lib))
+                ops = torch.ops.fedaug_server
+        except (native.KernelBuildError, OSError, RuntimeError):
+            ops = None
+        _STATE["ops"] = ops
+    return _STATE["ops"]
+
+
+def _fits(tensors: Sequence[Tensor]) -> bool:
+    first = tensors[0]
+    return first.dtype in (torch.float32, torch.float64) and all(
+        t.is_cpu and t.is_contiguous() and t.dtype == first.dtype and t.shape == first.shape for t in tensors)
+
+
+def weighted_sum(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
+    """``sum_k weights[k] * float64(tensors[k])``, accumulated in order from zero, as float64.
+
+    Args:
+        tensors: same-shaped float tensors, one per client.
+        weights: one float per tensor.
+
+    Returns:
+        A float64 tensor of the inputs' shape; the same bits whether the library is loaded or not.
+    """
+    ops = loaded()
+    if ops is not None and _fits(tensors):
+        return ops.weighted_sum([t.detach() for t in tensors], list(weights))
+    acc = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
+    term = torch.empty_like(acc)  # one buffer for every client's w_k t_k: no allocation per client
+    for wk, t in zip(weights, tensors):
+        acc += term.copy_(t).mul_(wk)  # the float64 cast is exact; then the same two roundings as t * wk
+    return acc
+
