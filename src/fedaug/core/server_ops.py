@@ -5,9 +5,14 @@
 weighted_average`) with the same bits as its PyTorch path: every element takes the same two roundings
 per client in the same order. Its PyTorch path reads each upload three times and writes a float64
 copy; here each upload is read once, which on a round of a hundred small clients is a good part of
-the server's work. Since the bits are the same, a run never waits for a compiler for it: the library
-is used where ``fedaug kernel`` (``scripts/setup.sh`` runs it) built it for this CPU and torch, and the
-PyTorch path serves everywhere else (:func:`loaded`).
+the server's work. ``upload_stats`` gives, for each float32 upload entry and the entry sent, the
+squared distance (float32 differences, exact float64 squares, a fixed-order float64 sum) and the
+upload's extremes in one read of both (:class:`fedaug.core.payload.Against`, whose PyTorch path
+computes the same distance through a buffer).
+
+Since the results are the same, a run never waits for a compiler for them: the library is used where
+``fedaug kernel`` (``scripts/setup.sh`` runs it) built it for this CPU and torch, and the PyTorch path
+serves everywhere else (:func:`loaded`).
 """
 
 from __future__ import annotations
