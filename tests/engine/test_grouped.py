@@ -18,7 +18,7 @@ from torch import nn
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import torch_threads
-from fedaug.data.base import FederatedData, Split
+from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.registry import load_dataset
 from fedaug.engine import worker as worker_module
 from fedaug.engine.grouped import component_blocker, group_blockers, plan_groups
@@ -44,6 +44,9 @@ METHODS: dict[str, tuple[str, list[str], dict[str, Any], dict[str, float]]] = {
     "fedprox": ("fedprox", [], {"fedprox": {"mu": 0.1}}, {"rtol": 1e-5, "atol": 1e-6}),
     "scaffold": ("scaffold", [], {}, {"rtol": 1e-5, "atol": 1e-6}),
     "fedfa": ("fedavg", ["fedfa"], {"fedfa": {"kernel": "off"}}, {"rtol": 2e-3, "atol": 5e-4}),
+    # FedAvg clipping its update on the client, against the weights it received (the same for every client
+    # of a round here, so this checks client-side clipping grouped, not which client's copy is restored)
+    "fedavg_clip": ("fedavg", [], {"fedavg": {"clip_norm": 0.05, "clip_at": "client"}}, {"rtol": 1e-5, "atol": 1e-6}),
     # server rules built on FedAvg that change only the server side group as FedAvg does
     "median": ("median", [], {}, {"rtol": 1e-5, "atol": 1e-6}),
     "fedadam": ("fedadam", [], {}, {"rtol": 1e-5, "atol": 1e-6}),
@@ -244,3 +247,24 @@ def test_a_resumed_grouped_run_equals_the_uninterrupted_grouped_run(tmp_path, mo
     assert comparable(cut) == comparable(full.path)  # bit for bit: the same grouped computation
     assert summary_numbers(cut) == summary_numbers(full.path)
     assert set(group_sizes) == {4}
+
+
+def test_a_segmentation_unet_with_adam_and_fedfa_trains_grouped(group_sizes):
+    """A 2D U-Net (BatchNorm, skip connections), Adam, the Dice loss and FedFA's layers (at its default
+    stages) under vmap, against one at a time."""
+    g = torch.Generator().manual_seed(0)
+
+    def split(n):
+        x = torch.rand(n, 1, 16, 16, generator=g)
+        return Split(x, (x[:, 0] > 0.5).long() + (x[:, 0] > 0.8).long())  # 3 classes by intensity
+
+    data = FederatedData("toyseg", "segmentation", 3, (1, 16, 16),
+                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(3)])
+    raw = {"seed": 1, "threads": 1, "model": {"name": "unet2d", "options": {"base_width": 4, "depth": 2}},
+           "method": {"base": "fedavg", "augs": ["fedfa"], "options": {"fedfa": {"kernel": "off", "p": 0.8}}},
+           "train": {"rounds": 2, "local_steps": 3, "batch_size": 4, "optimizer": "adam", "lr": 0.01}}
+    recipe = lambda: build_recipe("fedavg", ["fedfa"], raw["method"]["options"])  # noqa: E731
+    want = records(Simulation(validate(raw), data, recipe()), 2)
+    got = records(Simulation(validate({**raw, "train": {**raw["train"], "group_clients": 3}}), data, recipe()), 2)
+    assert group_sizes == [3, 3]
+    assert_close_trees(got, want, METHODS["fedfa"][3])
