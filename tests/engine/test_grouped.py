@@ -18,7 +18,7 @@ from torch import nn
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import torch_threads
-from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.data.base import Split
 from fedaug.data.registry import load_dataset
 from fedaug.engine import worker as worker_module
 from fedaug.engine.grouped import component_blocker, group_blockers, plan_groups
@@ -31,6 +31,7 @@ from fedaug.methods.recipe import METHODS as METHODS_REGISTRY
 from fedaug.methods.recipe import Recipe, build_recipe
 from tests.conftest import tiny_raw
 from tests.engine.test_resume import comparable, summary_numbers
+from tests.engine.toyseg import toy_segmentation
 
 #: method -> (base, augs, options, tolerance of assert_close). float32 rounding differs between a batched
 #: kernel and the one-client kernel (observed <= 4.3e-7 on any record value, weight or state after 3 rounds
@@ -252,14 +253,7 @@ def test_a_resumed_grouped_run_equals_the_uninterrupted_grouped_run(tmp_path, mo
 def test_a_segmentation_unet_with_adam_and_fedfa_trains_grouped(group_sizes):
     """A 2D U-Net (BatchNorm, skip connections), Adam, the Dice loss and FedFA's layers (at its default
     stages) under vmap, against one at a time."""
-    g = torch.Generator().manual_seed(0)
-
-    def split(n):
-        x = torch.rand(n, 1, 16, 16, generator=g)
-        return Split(x, (x[:, 0] > 0.5).long() + (x[:, 0] > 0.8).long())  # 3 classes by intensity
-
-    data = FederatedData("toyseg", "segmentation", 3, (1, 16, 16),
-                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(3)])
+    data = toy_segmentation(3)
     raw = {"seed": 1, "threads": 1, "model": {"name": "unet2d", "options": {"base_width": 4, "depth": 2}},
            "method": {"base": "fedavg", "augs": ["fedfa"], "options": {"fedfa": {"kernel": "off", "p": 0.8}}},
            "train": {"rounds": 2, "local_steps": 3, "batch_size": 4, "optimizer": "adam", "lr": 0.01}}
