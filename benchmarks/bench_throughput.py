@@ -8,6 +8,9 @@ Two jobs (FedAvg, evaluation off, SGD lr 0.05, momentum 0.9, weight decay 5e-4):
 - **W2, many small clients**: FedAvg's 2NN (``mlp``, 784-200-200-10) on 1x28x28, 1,000 clients of
   20 samples, 100 a round, 2 local steps of 10.
 
+(``M``: ``mobilenetv2_cifar`` clients; ``G``: W1's clients, 200 of them, 50 a round, for grouped
+clients on one GPU.)
+
 Every measurement is a fresh subprocess (one warm-up round, then timed rounds). The engine and the
 bare loop run in one process at one thread, round by round in alternating order, so that what slows
 the machine for a moment slows both. Reported: median s/round, clients/s, samples/s (training samples
@@ -18,7 +21,10 @@ Then ``workers`` = 1, 2 (4, 8 where the machine has the cores) at ``threads`` = 
 
 Run: ``.venv/bin/python benchmarks/bench_throughput.py --pin 0`` (ratios on one core, ~6 min on 2
 cores); ``--workers-only`` for the worker scaling alone; ``--quick`` for a smoke run; ``--jobs M
---device cuda --workers 1 2 4 8`` for mobilenetv2_cifar clients on one GPU (benchmarks/gpu_checks.sh).
+--device cuda --workers 1 2 4 8`` for mobilenetv2_cifar clients on one GPU (benchmarks/gpu_checks.sh);
+``--jobs W1 --groups 1 10`` for W1's ten clients a round trained as one batched group
+(``train.group_clients``, issue 39) against one at a time, with the largest difference of their losses
+(``--jobs G --groups 1 10 50 --device cuda`` on a GPU).
 """
 
 from __future__ import annotations
@@ -60,11 +66,12 @@ JOBS = {
     "W1": Job("W1", "small_cnn", 3, 100, 320, 10, 10, 32),
     "W2": Job("W2", "mlp", 1, 1000, 20, 100, 2, 10),
     "M": Job("M", "mobilenetv2_cifar", 3, 100, 64, 10, 2, 32, size=32),  # the FLea paper's CIFAR model
+    "G": Job("G", "small_cnn", 3, 200, 320, 50, 10, 32),  # W1's clients, 50 a round: groups for one GPU
 }
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 
 
-def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu"):
+def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1):
     from fedaug.config.schema import validate
 
     return validate({
@@ -72,21 +79,30 @@ def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str
         "data": {"name": "synthetic", "options": job.data_options},
         "model": {"name": job.model},
         "train": {"rounds": rounds, "participation": job.per_round / job.num_clients, "local_steps": job.steps,
-                  "batch_size": job.batch, "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY},
+                  "batch_size": job.batch, "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
+                  "group_clients": group},
         "eval": {"every": 10**6},
     })
 
 
-def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu") -> list[tuple[float, float]]:
-    """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it)."""
+def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
+                  losses: list[float] | None = None) -> list[tuple[float, float]]:
+    """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it);
+    each client's training loss of every round is appended to ``losses``, if given."""
     from fedaug.core.runtime import configure_process
     from fedaug.engine.simulate import build_simulation
 
-    cfg = engine_config(job, rounds, threads, workers, device)
+    cfg = engine_config(job, rounds, threads, workers, device, group)
     configure_process(cfg.threads)
     sim = build_simulation(cfg)
     with sim:
-        return [timed_round(sim.run_round, r, device) for r in range(1, rounds + 1)]
+        times = []
+        for r in range(1, rounds + 1):
+            rec: dict = {}
+            times.append(timed_round(lambda r: rec.update(sim.run_round(r)), r, device))
+            if losses is not None:
+                losses += [m["loss"] for _, m in sorted(rec["train"]["clients"].items(), key=lambda kv: int(kv[0]))]
+    return times
 
 
 def _sync(device: str) -> None:
@@ -176,15 +192,16 @@ def child(spec: dict) -> None:
         os.sched_setaffinity(0, {spec["pin"]})
     job = JOBS[spec["job"]]
     device = spec.get("device", "cpu")
+    losses: list[float] = []
     if spec["kind"] == "paired":
         times: object = paired_rounds(job, spec["rounds"], device)
     elif spec["kind"] == "engine":
-        times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device)
+        times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device, spec.get("group", 1), losses)
     else:
         times = bare_rounds(job, spec["rounds"], spec["threads"], device)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps({"times": times, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "children_peak_mb": children}))
+                      "children_peak_mb": children, "losses": losses}))
 
 
 def measure(**spec: object) -> dict:
@@ -264,6 +281,34 @@ def compare_workers(jobs: list[Job], rounds: int, repeats: int, counts: list[int
     print()
 
 
+def compare_groups(jobs: list[Job], rounds: int, repeats: int, groups: list[int], pin: int | None,
+                   device: str = "cpu", threads: int = 1) -> None:
+    """``train.group_clients = g`` (a round's clients trained as batched groups, issue 39) against one
+    client at a time (g = 1), alternating, same steps; the results must agree: the largest relative
+    difference of any client's training loss over every round is reported (float rounding only)."""
+    print(f"## Grouped clients on {device} ({threads} thread{'s' if threads > 1 else ''}"
+          f"{f', pinned to core {pin}' if pin is not None else ''}; {repeats} alternating repeats x {rounds} timed "
+          f"rounds after 1 warm-up)\n")
+    print(HEADER.replace("| loop |", "| group_clients |"))
+    for job in jobs:
+        times: dict[int, list[list[float]]] = {g: [] for g in groups}
+        losses: dict[int, list[float]] = {}
+        peaks = dict.fromkeys(groups, 0.0)
+        for _ in range(repeats):
+            for g in groups:
+                res = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=threads, workers=1, pin=pin,
+                              device=device, group=g)
+                times[g] += timed(res)
+                losses[g] = res["losses"]
+                peaks[g] = max(peaks[g], res["peak_mb"])
+        base = statistics.median(t[0] for t in times[groups[0]])
+        for g in groups:
+            diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[g], losses[groups[0]]))
+            speed = base / statistics.median(t[0] for t in times[g])
+            print(row(job, f"{g} ({speed:.2f}x; max rel. loss diff {diff:.1e})", times[g], peaks[g]))
+    print()
+
+
 def profile(job: Job, top: int) -> None:
     """cProfile of one round of ``job`` on the engine (after two warm-up rounds, one thread): the entries
     with the most own time."""
@@ -305,6 +350,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="where every run trains (e.g. cuda: the workers share it)")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="worker counts to compare (default 1, 2, 4, 8 up to the cores)")
+    parser.add_argument("--groups", type=int, nargs="+", default=None, metavar="G",
+                        help="only compare train.group_clients = G (e.g. 1 10: one at a time, then groups of 10)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the --groups comparison")
     args = parser.parse_args()
     rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
     jobs = [JOBS[j] for j in args.jobs]
@@ -312,6 +360,9 @@ def main() -> None:
         profile(jobs[0], args.profile)
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
+    if args.groups:
+        compare_groups(jobs, rounds, repeats, sorted({1, *args.groups}), args.pin, args.device, args.threads)
+        return
     if not args.workers_only:
         compare_bare(jobs, rounds, repeats, args.pin, args.device)
     if not args.bare_only:

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
 # the tests/gpu suite, then bench_device.py, bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and
-# without it) and bench_throughput.py (workers sharing the GPU) on cuda. Each step has its own time limit
+# without it), bench_throughput.py (workers sharing the GPU) and bench_throughput.py --groups (a round's clients
+# trained as batched groups, train.group_clients, against one at a time, issue 39) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
@@ -22,3 +23,4 @@ step tests_gpu 240 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
 step bench_device 240 "$py" benchmarks/bench_device.py --devices cuda --threads 8
 step bench_ffa 180 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
 step bench_throughput 200 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
+step bench_grouped 240 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8

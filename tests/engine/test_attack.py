@@ -12,11 +12,12 @@ from hypothesis import given, settings, strategies as st
 
 from fedaug.config.schema import AttackConfig, validate
 from fedaug.core.errors import ConfigError
-from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.data.base import ClientData, Split
 from fedaug.engine.attack import DEFAULT_STD, choose_attackers, flip_labels
 from fedaug.engine.simulate import Simulation, build_simulation, run_experiment
 from fedaug.methods.recipe import build_recipe
 from tests.conftest import tiny_raw
+from tests.engine.toyseg import toy_segmentation
 
 #: a few examples each, the same ones every run (each example trains a client)
 FEW = settings(max_examples=4, deadline=None, derandomize=True)
@@ -312,14 +313,7 @@ def test_parts_naming_a_component_not_in_the_method_are_refused_with_a_suggestio
 
 
 def test_label_flip_on_segmentation_is_refused():
-    g = torch.Generator().manual_seed(0)
-
-    def split(n):
-        x = torch.rand(n, 1, 16, 16, generator=g)
-        return Split(x, (x[:, 0] > 0.5).long())
-
-    data = FederatedData("toyseg", "segmentation", 2, (1, 16, 16),
-                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(2)])
+    data = toy_segmentation(2, num_classes=2)
     cfg = validate({"model": {"name": "unet2d", "options": {"base_width": 4, "depth": 2}},
                     "attack": {"kind": "label_flip", "clients": [0]}})
     with pytest.raises(ConfigError, match=r"attack\.kind='label_flip' flips class labels, but this is a "

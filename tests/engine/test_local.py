@@ -57,3 +57,16 @@ def test_num_local_steps_counts_the_batches_batch_indices_makes(n, train, steps)
 
     cfg = validate({"train": train}).train
     assert num_local_steps(n, cfg) == steps == len(batch_indices(n, cfg, torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize(("n", "train", "sizes"), [
+    (20, {"local_steps": 5, "batch_size": 8}, (8, 8, 8, 8, 8)), (20, {"batch_size": 8, "drop_last": False}, (8, 8, 4)),
+    (21, {"batch_size": 10, "drop_last": False}, (10, 10)), (5, {"batch_size": 10, "local_epochs": 2}, (5, 5)),
+    (25, {"batch_size": 10, "drop_last": False, "local_epochs": 2}, (10, 10, 5, 10, 10, 5)),
+    (25, {"batch_size": 10, "drop_last": False, "local_steps": 4}, (10, 10, 5, 10)),
+])
+def test_batch_sizes_are_those_of_the_batches_batch_indices_draws(n, train, sizes):
+    from fedaug.engine.local import batch_indices, batch_sizes
+
+    cfg = validate({"train": train}).train
+    assert batch_sizes(n, cfg) == sizes == tuple(len(i) for i in batch_indices(n, cfg, torch.Generator().manual_seed(3)))

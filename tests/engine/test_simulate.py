@@ -220,16 +220,9 @@ def test_unknown_method_suggests_the_closest():
 
 
 def test_segmentation_trains_and_reports_foreground_dice():
-    from fedaug.data.base import ClientData, FederatedData, Split
+    from tests.engine.toyseg import toy_segmentation
 
-    g = torch.Generator().manual_seed(0)
-
-    def split(n):
-        x = torch.rand(n, 1, 16, 16, generator=g)
-        return Split(x, (x[:, 0] > 0.5).long() + (x[:, 0] > 0.8).long())  # 3 classes by intensity
-
-    data = FederatedData("toyseg", "segmentation", 3, (1, 16, 16),
-                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(2)])
+    data = toy_segmentation(2)  # 3 classes by intensity
     cfg = validate({"model": {"name": "unet2d", "options": {"base_width": 4, "depth": 2}},
                     "train": {"rounds": 2, "local_steps": 3, "batch_size": 4, "optimizer": "adam", "lr": 0.01}})
     sim = Simulation(cfg, data, build_recipe("fedavg"))

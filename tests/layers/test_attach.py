@@ -164,3 +164,20 @@ def test_attach_default_passes_each_stage_and_its_channels():
 def test_attach_default_needs_declared_stages():
     with pytest.raises(AttachError, match=r"declares no feature_stages"):
         attach_default(nn.Sequential(nn.Linear(2, 2)), lambda n, c: nn.Identity(), torch.zeros(1, 2))
+
+
+class _Reversed(nn.Module):
+    """Runs ``b`` before ``a``, though ``a`` is defined (and named) first."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 3, 1), nn.Conv2d(2, 4, 1)
+
+    def forward(self, x):
+        return self.a(self.b(x))
+
+
+def test_stage_channels_in_call_order_follows_the_forward_pass():
+    model, x = _Reversed(), torch.zeros(2, 2, 3, 3)
+    assert list(stage_channels(model, x, ["a", "b"]).items()) == [("a", 3), ("b", 4)]
+    assert list(stage_channels(model, x, ["a", "b"], call_order=True).items()) == [("b", 4), ("a", 3)]

@@ -340,3 +340,67 @@ def test_bad_options_and_shapes_are_named():
         FFALayer(2, p=1.0)(torch.randn(2, 3, 4))
     with pytest.raises(ValueError, match=r"set_server_variances"):
         FFALayer(2, variance="direct").set_gamma(torch.ones(2), torch.ones(2))
+
+
+# --- grouped clients (issue 39): the layer on drawn noise under torch.func.vmap ------------------------
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_draw_consumes_the_stream_exactly_as_a_training_forward(p):
+    x = torch.randn(4, 3, 5, 5)
+    for seed in range(6):
+        forward_g, draw_g = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        layer = FFALayer(3, p=p, generator=forward_g)
+        y = layer(x)
+        use, noise = FFALayer(3, p=p).draw(4, draw_g)
+        assert bool(use) == (y is not x) and noise.shape == (2, 4, 3)
+        assert torch.equal(forward_g.get_state(), draw_g.get_state())
+        if not use:
+            assert torch.equal(noise, torch.zeros(2, 4, 3))
+
+
+@pytest.mark.parametrize(("variance", "estimator"), [("fused", "paper"), ("direct", "official"), ("client", "paper"),
+                                                     ("fixed", "paper")])
+def test_a_grouped_forward_under_vmap_equals_each_clients_own_forward_in_float64(variance, estimator):
+    """Three clients, each with its own running statistics, server quantities and stream (seeds 0, 1, 3:
+    clients 0 and 2 augment, client 1 loses the coin): outputs, input gradients and updated running
+    statistics of the batched drawn path equal each client's own forward (:class:`~fedaug.layers.ffa.Drawn`)."""
+    from torch.func import vmap
+
+    from fedaug.layers.ffa import Drawn
+
+    g_count, b, c, seeds = 3, 4, 2, (0, 1, 3)
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randn(g_count, b, c, 3, 3, generator=gen, dtype=torch.float64)
+    state = {k: torch.rand(g_count, c, generator=gen, dtype=torch.float64) + 0.5
+             for k in ("running_mean", "running_std", "shared_mu", "shared_sigma")}
+    weights = torch.randn(g_count, b, c, 3, 3, generator=gen, dtype=torch.float64)
+    layer = FFALayer(c, p=0.5, variance=variance, estimator=estimator).double()
+    want_y, want_grad, want_stats = [], [], []
+    for i in range(g_count):
+        for k in state:
+            getattr(layer, k).copy_(state[k][i])
+        layer.generator = torch.Generator().manual_seed(seeds[i])
+        xi = x[i].clone().requires_grad_()
+        yi = layer(xi)
+        (yi * weights[i]).sum().backward()
+        want_y.append(yi.detach())
+        want_grad.append(xi.grad)
+        want_stats.append(torch.stack((layer.running_mean.clone(), layer.running_std.clone())))
+    drawn = [layer.draw(b, torch.Generator().manual_seed(seed)) for seed in seeds]
+    assert [bool(u) for u, _ in drawn] == [True, False, True]
+    use, noise = torch.stack([u for u, _ in drawn]), torch.stack([n for _, n in drawn])
+    stacked = {k: v.clone() for k, v in state.items()}
+
+    def one_client(xi, ui, ni, rm, rs, smu, ssig):
+        layer.drawn = Drawn(ui, ni, rm, rs, smu, ssig)
+        try:
+            return layer(xi)
+        finally:
+            layer.drawn = None
+
+    xg = x.clone().requires_grad_()
+    y = vmap(one_client)(xg, use, noise, *stacked.values())
+    (y * weights).sum().backward()
+    torch.testing.assert_close(y.detach(), torch.stack(want_y))
+    torch.testing.assert_close(xg.grad, torch.stack(want_grad))
+    torch.testing.assert_close(torch.stack((stacked["running_mean"], stacked["running_std"]), 1), torch.stack(want_stats))
+    assert torch.equal(stacked["running_mean"][1], state["running_mean"][1])  # the client that did not augment

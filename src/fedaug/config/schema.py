@@ -60,6 +60,9 @@ class TrainConfig:
     local_steps: int = opt(None, "local optimiser steps per round (instead of local_epochs)", lo=1, nullable=True)
     batch_size: int = opt(32, "local mini-batch size", lo=1)
     drop_last: bool = opt(True, "drop each epoch's incomplete last batch")
+    group_clients: int = opt(1, "train up to this many sampled clients of a round at once as one batched model "
+                                "(torch.func.vmap; for GPUs: docs/engine.md, 'Grouped clients'); 1: one at a time. "
+                                "Part of the run's numbers (float rounding), not of its placement", lo=1)
     optimizer: str = opt("sgd", "local optimiser", choices=("sgd", "adam"))
     lr: float = opt(0.01, "local learning rate (round 1)", lo=0.0, lo_open=True)
     momentum: float = opt(0.9, "SGD momentum", lo=0.0, hi=1.0)
@@ -289,10 +292,25 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
                         "data); remove it from [model.options]")
-    problems += _attack_problems(cfg.attack)
+    problems += _attack_problems(cfg.attack) + _grouping_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
+
+
+def _grouping_problems(cfg: RunConfig) -> list[str]:
+    """What ``train.group_clients > 1`` cannot be combined with (docs/engine.md, "Grouped clients")."""
+    g = cfg.train.group_clients
+    if not fits(g, int) or g <= 1:  # a bad type or range is reported already
+        return []
+    problems = []
+    if fits(cfg.workers, int) and cfg.workers > 1:
+        problems.append(f"'train.group_clients' = {g} trains groups on one worker model, but workers = {cfg.workers}: "
+                        "set workers = 1 (a GPU's groups keep it busy) or train.group_clients = 1")
+    if cfg.precision != "32":
+        problems.append(f"'train.group_clients' = {g} trains in float32 only, got precision = {cfg.precision!r}: "
+                        "set precision = '32' or train.group_clients = 1")
+    return problems
 
 
 def _attack_problems(a: AttackConfig) -> list[str]:

@@ -64,7 +64,7 @@ class LocalOptimizer:
         return opt
 
 
-def _component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
+def component_views(recipe: Recipe, ctx: ClientCtx) -> dict[str, ClientCtx]:
     """Each component's view of ``ctx``, with :attr:`ClientCtx.eval_inputs` the evaluation-mode
     ``transform_batch`` chain of the components before it (what evaluation feeds the model, up to
     that component)."""
@@ -79,6 +79,16 @@ def _batches_per_epoch(n: int, cfg: TrainConfig) -> tuple[int, int]:
     bs = min(cfg.batch_size, n)
     full = n // bs
     return bs, full + (0 if cfg.drop_last or n - full * bs < 2 else 1)
+
+
+def batch_sizes(n: int, cfg: TrainConfig) -> tuple[int, ...]:
+    """The sizes of the round's mini-batches of a client with ``n`` training samples, in order: those of
+    :func:`batch_indices`, known without drawing (clients with equal sizes can train as a group,
+    :mod:`fedaug.engine.grouped`)."""
+    bs, per_epoch = _batches_per_epoch(n, cfg)
+    epoch = [min(bs, n - i * bs) for i in range(per_epoch)]
+    want = num_local_steps(n, cfg)
+    return tuple(epoch[i % per_epoch] for i in range(want))
 
 
 def num_local_steps(n: int, cfg: TrainConfig) -> int:
@@ -125,7 +135,7 @@ def train_client(
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
     ctx = ctx.with_fields(num_steps=len(steps))
-    views = _component_views(recipe, ctx)
+    views = component_views(recipe, ctx)
     model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.participants("train"):
@@ -179,7 +189,13 @@ def train_client(
             uplink[c.name] = part
             if st:
                 new_state[c.name] = st
-    n = max(len(steps), 1)
-    metrics = {"loss": float(total_sum) / n, "steps": len(steps)}
+    return Reply(uplink, train_metrics(total_sum, sums, len(steps)), new_state)
+
+
+def train_metrics(total: Tensor, sums: dict[str, Tensor], num_steps: int) -> dict[str, float]:
+    """A client's training metrics: the mean total loss and the mean of each loss term over its
+    ``num_steps`` steps, from their sums (scalars), and the number of steps."""
+    n = max(num_steps, 1)
+    metrics = {"loss": float(total) / n, "steps": num_steps}
     metrics.update({k: float(v) / n for k, v in sums.items()})
-    return Reply(uplink, metrics, new_state)
+    return metrics

@@ -24,6 +24,8 @@ from fedaug.core.payload import Message
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.fleet import Reply, StatesHere
+from fedaug.engine.grouped import group_size, plan_groups
+from fedaug.engine.local import batch_sizes
 from fedaug.engine.pool import ProcessFleet, WorkerDied
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
@@ -69,9 +71,14 @@ class InProcessFleet(StatesHere):
         else:
             self.clients = list(data.clients)
         self.order = execution_order or (lambda ids: ids)
+        #: clients trained at once (train.group_clients, or 1 with a notice where the method cannot group)
+        self.group_size = group_size(worker.cfg.train.group_clients, worker.recipe, worker.model)
 
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        if phase == "train" and self.group_size > 1:
+            yield from self._train_groups(r, lr, client_ids, message)
+            return
         ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
         for cid in ids:
             reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
@@ -79,6 +86,19 @@ class InProcessFleet(StatesHere):
             if phase == "train":
                 self.keep(cid, reply)
             yield cid, reply
+
+
+    def _train_groups(self, r: int, lr: float, client_ids: Sequence[int],
+                      message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        """The training phase in groups of clients with one batch schedule (:func:`plan_groups`; the
+        groups do not depend on ``execution_order``), each trained at once (:meth:`Worker.train_group`)."""
+        cfg = self.worker.cfg.train
+        schedules = {cid: batch_sizes(len(self.clients[cid].train), cfg) for cid in client_ids}
+        for group in plan_groups(schedules, self.group_size):
+            jobs = [(cid, self.clients[cid], message(cid), self.client_states.get(cid, {})) for cid in group]
+            for cid, reply in zip(group, self.worker.train_group(r, lr, jobs)):
+                self.keep(cid, reply)
+                yield cid, reply
 
 
 class Simulation(Server):

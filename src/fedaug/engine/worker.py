@@ -9,7 +9,8 @@ caller passes the client's state in and stores what comes back (invariant 2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
 import torch
 from torch import nn
 
@@ -23,6 +24,7 @@ from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
 from fedaug.engine.finetune import finetune_meters, with_finetuned
 from fedaug.engine.fleet import Reply
+from fedaug.engine.grouped import train_group
 from fedaug.engine.local import LocalOptimizer, train_client
 from fedaug.engine.query import answer_query
 from fedaug.layers.attach import check_chains
@@ -90,6 +92,39 @@ class Worker:
         self.checked = PassedParts()  # the server's tensors are read once, not once per client
         self.optimizers = LocalOptimizer(cfg.train)
 
+    def _receive(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
+                 state: Mapping[str, State]) -> tuple[ClientCtx, Message, dict[str, State], ClientData]:
+        """Check the phase's message and move what the client runs on to the device: its context (the
+        training split an attacker's label flip changed), message, state and data."""
+        where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
+        for name, spec in self.down_specs[phase].items():
+            self.checked.validate(message.get(name), spec, lambda: f"round {r}: {where} to client {client_id}, part "
+                                  f"'{name}'", (phase, name))
+        dev, non_blocking = self.device, self.device.type == "cuda"
+        message, moved = to_device(message, dev), to_device(dict(state), dev)
+        if phase == "evaluate":
+            client = client.to(dev, non_blocking)
+        data = self.attack.training_split(phase, client_id, r, client.train.to(dev, non_blocking))
+        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task,
+                        device=dev)
+        return ctx, message, moved, client
+
+    def train_group(self, r: int, lr: float,
+                    jobs: Sequence[tuple[int, ClientData, Message, Mapping[str, State]]]) -> list[Reply]:
+        """Train a group of round ``r``'s clients at once (:func:`~fedaug.engine.grouped.train_group`;
+        one alone: :meth:`run`), each job ``(client id, data, message, state)`` checked and moved as
+        :meth:`run` does, an attacker's reply rewritten after.
+
+        Raises:
+            PayloadError: as :meth:`run`.
+        """
+        if len(jobs) == 1:
+            return [self.run("train", jobs[0][0], r, lr, *jobs[0][1:])]
+        ctxs, messages, states, _ = zip(*(self._receive("train", cid, r, lr, client, message, state)
+                                          for cid, client, message, state in jobs))
+        replies = train_group(self.recipe, ctxs, messages, states, self.cfg.train)
+        return [self.attack.reply("train", ctx.client_id, r, m, reply) for ctx, m, reply in zip(ctxs, messages, replies)]
+
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:
         """Check the phase's message, then run ``phase`` for ``client_id``: train (:func:`train_client`),
@@ -102,17 +137,7 @@ class Worker:
             PayloadError: a part of ``message`` is missing or fails its spec (a bad server message
                 fails loudly on the client, DESIGN.md invariant 3).
         """
-        where = {"train": "downlink", "query": "post-aggregation downlink", "evaluate": "evaluation downlink"}[phase]
-        for name, spec in self.down_specs[phase].items():
-            self.checked.validate(message.get(name), spec, lambda: f"round {r}: {where} to client {client_id}, part "
-                                  f"'{name}'", (phase, name))
-        dev, non_blocking = self.device, self.device.type == "cuda"
-        message, state = to_device(message, dev), to_device(dict(state), dev)
-        if phase == "evaluate":
-            client = client.to(dev, non_blocking)
-        data = self.attack.training_split(phase, client_id, r, client.train.to(dev, non_blocking))
-        ctx = ClientCtx(self.model, client_id, r, self.cfg.seed, data, lr=lr, phase=phase, task=self.task,
-                        device=dev)
+        ctx, message, state, client = self._receive(phase, client_id, r, lr, client, message, state)
         if phase == "train":
             reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers)
         elif phase == "query":

@@ -174,7 +174,8 @@ class _Probe(nn.Module):
         return x
 
 
-def stage_channels(model: nn.Module, example_input: Tensor, names: list[str] | None = None) -> dict[str, int]:
+def stage_channels(model: nn.Module, example_input: Tensor, names: list[str] | None = None, *,
+                   call_order: bool = False) -> dict[str, int]:
     """Channels (dim 1) of the output of each named module, from one dry forward pass.
 
     The pass runs without gradients in eval mode, so BatchNorm running statistics are not
@@ -184,9 +185,11 @@ def stage_channels(model: nn.Module, example_input: Tensor, names: list[str] | N
         model: the network.
         example_input: an input the model accepts, e.g. ``(2, C, H, W)``.
         names: module names; ``model.feature_stages`` when ``None``.
+        call_order: order the result as the forward pass reaches the modules (leaving out any it
+            does not reach) instead of as ``names``.
 
     Returns:
-        Name -> channel count, in the order of ``names``.
+        Name -> channel count, in the order of ``names`` (or of the forward pass).
 
     Raises:
         AttachError: an unknown name (as :func:`attach`).
@@ -199,7 +202,7 @@ def stage_channels(model: nn.Module, example_input: Tensor, names: list[str] | N
             model(example_input)
     finally:
         handle.detach()
-    return {n: found[n] for n in names}
+    return dict(found) if call_order else {n: found[n] for n in names}
 
 
 @contextlib.contextmanager

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 
-from fedaug.layers.functional import StatNoise, check_kernel, momentum_update, restyle, t_modulation
+from fedaug.layers.functional import StatNoise, check_kernel, momentum_update, restyle, restyle_autograd, t_modulation
 
 #: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
 #: and the server's per-channel quantity ``s``.
@@ -22,6 +24,27 @@ VARIANCES = {
 NOISE_SCALES = ("std", "variance")
 ESTIMATORS = ("paper", "official")
 _NEUTRAL = {"fused": 1.0, "direct": 0.0, "product": 1.0, "client": 0.0, "fixed": 0.0}
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One client's part of a grouped forward (:mod:`fedaug.engine.grouped`): what an
+    :class:`FFALayer` would draw in this forward (:meth:`FFALayer.draw`) and the per-client state it
+    would read and update, each a slice of the group's stacked tensors inside ``torch.func.vmap``.
+
+    Args:
+        use: ``()`` bool, whether this forward augments (the coin of Alg. 2 line 1).
+        noise: ``(2, B, C)`` standard normal draws (zeros where ``use`` is false).
+        running_mean, running_std: ``(C,)``, the client's running statistics, updated in place.
+        shared_mu, shared_sigma: ``(C,)``, the server's quantities as the client received them.
+    """
+
+    use: Tensor
+    noise: Tensor
+    running_mean: Tensor
+    running_std: Tensor
+    shared_mu: Tensor
+    shared_sigma: Tensor
 
 
 def _choice(what: str, value: str, allowed: object) -> str:
@@ -97,6 +120,8 @@ class FFALayer(nn.Module):
         self.estimator = _choice("estimator", estimator, ESTIMATORS)
         self.kernel = check_kernel(kernel, "FFALayer.kernel")
         self.generator = generator
+        #: one client's draws and state during a grouped step (set by its component; ``None`` elsewhere)
+        self.drawn: Drawn | None = None
         self._init_from_batch = False
         self.register_buffer("running_mean", torch.zeros(num_channels))
         self.register_buffer("running_std", torch.ones(num_channels))
@@ -155,11 +180,11 @@ class FFALayer(nn.Module):
         if x.dim() < 3 or x.shape[1] != self.num_channels:
             raise ValueError(f"FFALayer({self.num_channels}) expects (B, {self.num_channels}, *spatial), "
                              f"got shape {tuple(x.shape)}")
-        g = self.generator
-        where = g.device if g is not None else x.device  # a generator draws on its own device
-        if self.p < 1.0 and not bool(torch.rand((), generator=g, device=where) < self.p):
+        if self.drawn is not None:
+            return self._forward_drawn(x, self.drawn)
+        noise = self._draw(x.shape[0], self.generator, x.device)
+        if noise is None:
             return x
-        noise = torch.randn((2, x.shape[0], x.shape[1]), generator=g, device=where)
         if noise.dtype != x.dtype or noise.device != x.device:
             noise = noise.to(device=x.device, dtype=x.dtype)
         y, mu, sigma = restyle(x, self._stat_noise(noise), eps=self.eps, unbiased=self.estimator == "official",
@@ -171,8 +196,49 @@ class FFALayer(nn.Module):
             self._init_from_batch = False
         return y
 
-    def _stat_noise(self, noise: Tensor) -> StatNoise:
-        """The map ``(mu, sigma) -> (mu_hat, sigma_hat)`` of Eq. 3, 7, 9 for ``(2, B, C)`` noise."""
+    def _draw(self, batch_size: int, g: torch.Generator | None, device: torch.device) -> Tensor | None:
+        """One training forward's draws from ``g`` (on its own device; ``device`` without one): the
+        coin (Alg. 2 line 1, only when ``p < 1``), then, if it wins, the noise ``(2, B, C)``; ``None``
+        when it loses."""
+        where = g.device if g is not None else device
+        if self.p < 1.0 and not bool(torch.rand((), generator=g, device=where) < self.p):
+            return None
+        return torch.randn((2, batch_size, self.num_channels), generator=g, device=where)
+
+    def draw(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """What one training forward of a batch of ``batch_size`` draws from ``generator`` (the stream
+        :attr:`generator` would be), drawn now: for a grouped step, outside the batched function
+        (:class:`Drawn`).
+
+        Returns:
+            ``(use, noise)``: ``use`` ``()`` bool, whether the forward augments; ``noise`` ``(2, B, C)``
+            float32, zeros where it does not (nothing drawn for it), on the generator's device.
+        """
+        where = generator.device
+        noise = self._draw(batch_size, generator, where) if self.p > 0.0 else None
+        if noise is None:
+            return torch.tensor(False, device=where), torch.zeros((2, batch_size, self.num_channels), device=where)
+        return torch.tensor(True, device=where), noise
+
+    def _forward_drawn(self, x: Tensor, d: Drawn) -> Tensor:
+        """The training forward of one client of a grouped step (under ``torch.func.vmap``): with the
+        drawn ``d.noise`` where ``d.use``, else ``x`` itself; the running statistics ``d.running_*``
+        updated in place where ``d.use`` (Eq. 4 with weight :attr:`momentum`: the grouped path
+        serves FedFA, whose layers never take their first batch's statistics). Pure autograd
+        operations (:func:`~fedaug.layers.functional.restyle_autograd`), as ``vmap`` needs; both
+        branches are computed and one selected, since a batched flag cannot pick a branch."""
+        noise = d.noise.to(device=x.device, dtype=x.dtype)
+        y, mu, sigma = restyle_autograd(x, self._stat_noise(noise, d.shared_mu, d.shared_sigma), eps=self.eps,
+                                        unbiased=self.estimator == "official")
+        with torch.no_grad():
+            for running, stat in ((d.running_mean, mu), (d.running_std, sigma)):
+                running.copy_(torch.where(d.use, momentum_update(running.clone(), stat, self.momentum), running))
+        return torch.where(d.use, y, x)
+
+    def _stat_noise(self, noise: Tensor, shared_mu: Tensor | None = None,
+                    shared_sigma: Tensor | None = None) -> StatNoise:
+        """The map ``(mu, sigma) -> (mu_hat, sigma_hat)`` of Eq. 3, 7, 9 for ``(2, B, C)`` noise, with the
+        server's quantities ``shared_mu, shared_sigma`` ``(C,)`` (default: this layer's buffers)."""
         if self.variance == "fixed":
             fixed = self.lam**2 if self.noise_scale == "variance" else self.lam
             return StatNoise(noise, scale=torch.full((2, self.num_channels), fixed, dtype=noise.dtype,
@@ -181,7 +247,9 @@ class FFALayer(nn.Module):
         if shift is None:  # "client": v itself
             mult = torch.ones((2, self.num_channels), dtype=noise.dtype, device=noise.device)
         else:
-            mult = torch.stack((self.shared_mu, self.shared_sigma)) + shift
+            shared = (self.shared_mu if shared_mu is None else shared_mu,
+                      self.shared_sigma if shared_sigma is None else shared_sigma)
+            mult = torch.stack(shared) + shift
         official = self.estimator == "official"
         return StatNoise(noise, mult=mult, noise_scale=self.noise_scale, correction=int(official),
                          extra=1e-6 if official else 0.0)

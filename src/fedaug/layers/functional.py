@@ -314,11 +314,29 @@ class _Restyle(torch.autograd.Function):
         (Eq. 8) recomputed from :func:`channel_stats` and the map with plain operations."""
         x, _ = ctx.saved_tensors
         with torch.enable_grad():
-            mu, sigma = channel_stats(x, eps=ctx.eps, unbiased=ctx.unbiased)
-            z_hat, _ = ctx.fn(torch.stack((mu, sigma)))
-            y = restyle_channels(x, mu, sigma, z_hat[0], z_hat[1])
+            y, _, _ = restyle_autograd(x, ctx.fn, eps=ctx.eps, unbiased=ctx.unbiased)
             (gx,) = torch.autograd.grad(y, x, gy, create_graph=True)
         return gx
+
+
+def restyle_autograd(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = False
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`restyle` with plain autograd operations (:func:`channel_stats`, the map on attached
+    statistics, :func:`restyle_channels`): differentiable any number of times, and traceable by
+    ``torch.func`` transforms (``vmap`` over grouped clients), which :class:`_Restyle` is not. Equal to
+    :func:`restyle` up to float rounding.
+
+    Args:
+        x: features ``(B, C, *spatial)``, not modified in place.
+        fn: a :data:`StatsMap` (its vector-Jacobian product is not used: autograd differentiates the map).
+        eps, unbiased: as :func:`restyle`.
+
+    Returns:
+        ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached.
+    """
+    mu, sigma = channel_stats(x, eps=eps, unbiased=unbiased)
+    z_hat, _ = fn(torch.stack((mu, sigma)))
+    return restyle_channels(x, mu, sigma, z_hat[0], z_hat[1]), mu.detach(), sigma.detach()
 
 
 #: dtypes the fused kernels (:mod:`fedaug.layers.kernel`) handle; others take :class:`_Restyle`.

@@ -24,12 +24,15 @@ in :attr:`Component.phases`; per phase and per client::
 
 ``setup(model, input_shape)`` prepares each worker model once (attach layers) and
 ``init_server(model, num_clients)`` makes the initial server state. The engine validates and counts
-every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`).
+every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`). Grouped training
+(``train.group_clients > 1``, :mod:`fedaug.engine.grouped`) calls the ``group_*`` forms of the client
+hooks instead, for the components that offer them (:meth:`Component.group_blocker`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
@@ -230,6 +233,50 @@ class Component:
         loss = closure()
         optimizer.step()
         return loss
+
+    # --- grouped training (train.group_clients > 1, fedaug.engine.grouped) ----------------------
+    def group_blocker(self) -> str:
+        """Why this component cannot train a group of clients as one batched model, or ``""`` when it
+        can (it then gives a grouped form of every client hook it overrides: ``receive`` ->
+        :meth:`group_capture`, ``reply`` -> :meth:`group_restore`, ``loss_terms`` ->
+        :meth:`group_loss_terms`, ``before_step`` -> :meth:`group_before_step`; ``forward``,
+        ``task_loss``, ``step`` and ``transform_batch`` have none). Default: it cannot."""
+        return "it has no grouped form of its client hooks"
+
+    def group_capture(self, ctx: ClientCtx) -> State:
+        """Right after :meth:`receive` for ``ctx``'s client: the per-client tensors that the grouped
+        step reads and :meth:`reply` needs (what ``receive`` kept on ``self``, which the next client's
+        ``receive`` overwrites), as a nested dict of tensors; the engine stacks them over the group
+        (shapes must agree across clients)."""
+        return {}
+
+    def group_inputs(self, ctx: ClientCtx, batch_size: int) -> State:
+        """Before each grouped step, outside the batched function: this client's random draws of the
+        step from its own streams (``ctx.rng``), in the order the one-at-a-time step draws them; the
+        engine stacks them over the group and hands each client's to :meth:`group_forward`."""
+        return {}
+
+    def group_forward(self, captured: State, inputs: State) -> AbstractContextManager[None]:
+        """Inside the batched function (``torch.func.vmap``; ``captured`` and ``inputs`` are one client's
+        slices): a context in which this client's forward pass runs, e.g. attached layers that use
+        the drawn noise instead of drawing. Tensors of ``captured`` updated in place there (running
+        statistics) are what :meth:`group_restore` receives."""
+        return nullcontext()
+
+    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State) -> dict[str, Tensor]:
+        """Inside the batched function: :meth:`loss_terms` of one client, from its parameters ``params``
+        (``{name: tensor}``, differentiable) and its ``captured`` tensors."""
+        return {}
+
+    def group_before_step(self, grads: Mapping[str, Tensor], captured: State,
+                          optimizer: torch.optim.Optimizer) -> None:
+        """:meth:`before_step` of the whole group: adjust ``grads`` (``{name: (G, *shape)}``, the stacked
+        trainable parameters' gradients) in place; ``captured`` is stacked the same way; ``optimizer``
+        steps the stacked parameters (torch.optim's own rule)."""
+
+    def group_restore(self, ctx: ClientCtx, captured: State) -> None:
+        """Before :meth:`reply` for ``ctx``'s client (the model holds its trained weights): put back
+        what :meth:`group_capture` took, as it stands after training."""
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         """This component's uplink part of phase ``ctx.phase`` and its new per-client state.

@@ -208,12 +208,16 @@ def test_a_malformed_evaluation_downlink_over_flower_drops_that_client_naming_th
         assert set(rec["eval"]["clients"]) == {"client1", "client2"}
 
 
-def test_workers_are_the_in_process_engines_and_flower_says_they_change_nothing(tmp_cfg):
+@pytest.mark.parametrize(("workers", "group", "said"), [(2, 1, r"workers=2, devices=\[\] and train\.group_clients=1"),
+                                                     (1, 3, r"workers=1, devices=\[\] and train\.group_clients=3")])
+def test_workers_and_groups_are_the_in_process_engines_and_flower_says_they_change_nothing(tmp_cfg, workers, group,
+                                                                                           said):
     from fedaug.config.schema import validate
 
-    cfg = validate({**tmp_cfg("fedavg-bn-local").to_dict(), "workers": 2})
-    with pytest.warns(UserWarning, match=r"workers=2 and devices=\[\] place the in-process engine's clients; on "
-                                         r"Flower every SuperNode runs its own client"):
+    raw = tmp_cfg("fedavg-bn-local").to_dict()
+    cfg = validate({**raw, "workers": workers, "train": {**raw["train"], "group_clients": group}})
+    with pytest.warns(UserWarning, match=said + r" arrange the in-process engine's clients; on Flower every SuperNode "
+                                                r"runs its own client, and they change nothing here"):
         got = run_in_process(cfg, 3)
     assert got["rounds"] == cfg.train.rounds
 

@@ -243,9 +243,10 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     Progress goes to stderr (nothing with ``quiet``), so stdout stays the caller's."""
     settings = FlowerSettings.from_run_config(run_config)
     cfg = pin(settings.cfg)  # its run directory records the options that change the numbers
-    if cfg.workers > 1 or cfg.devices:
-        warnings.warn(f"workers={cfg.workers} and devices={cfg.devices} place the in-process engine's clients; on "
-                      "Flower every SuperNode runs its own client, and they change nothing here", stacklevel=2)
+    if cfg.workers > 1 or cfg.devices or cfg.train.group_clients > 1:
+        warnings.warn(f"workers={cfg.workers}, devices={cfg.devices} and train.group_clients="
+                      f"{cfg.train.group_clients} arrange the in-process engine's clients; on Flower every SuperNode "
+                      "runs its own client, and they change nothing here", stacklevel=2)
     recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     configure_process(cfg.threads, cfg.deterministic)  # a ServerApp is a process entry point (docs/engine.md)
     device = resolve_device(cfg.device)  # the server's own; each SuperNode chooses its own

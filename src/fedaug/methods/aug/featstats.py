@@ -11,8 +11,9 @@ which the layers read as "no federation information yet" (their neutral values, 
 from __future__ import annotations
 
 import abc
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -23,7 +24,7 @@ from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers import kernel as compiled
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
-from fedaug.layers.ffa import FFALayer
+from fedaug.layers.ffa import Drawn, FFALayer
 from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import (DEFAULT_STATS_BETA, attach_points, check_at, check_choice, check_dp, check_noise,
@@ -37,6 +38,8 @@ from fedaug.privacy.release import GaussianRelease
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
+#: a layer's per-client state in a grouped step (:class:`~fedaug.layers.ffa.Drawn`).
+LAYER_STATE = ("running_mean", "running_std", "shared_mu", "shared_sigma")
 #: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the device's fused kernel.
 KERNEL_MODES = compiled.MODES
 
@@ -181,8 +184,11 @@ class FeatureStatsAug(Component, abc.ABC):
                                   f"{' and '.join(compiled.FUSED_DEVICES)} models, but the model is on {device}; "
                                   f"set {self.name}.kernel='off' (the PyTorch path, which runs on every device)")
             compiled.fused_op(device.type)
-        channels = stage_channels(model, torch.zeros(2, *input_shape, device=device), self.names(model))
-        self.handle = attach(model, {n: self.make_layer(c) for n, c in channels.items()}, owner=self.name)
+        names = self.names(model)
+        reached = stage_channels(model, torch.zeros(2, *input_shape, device=device), names, call_order=True)
+        self.handle = attach(model, {n: self.make_layer(reached[n]) for n in names}, owner=self.name)
+        #: the attach points in the order a forward pass runs their layers (the order of their draws)
+        self.call_order = list(reached)
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         g = ctx.rng(self.purpose)
@@ -205,6 +211,36 @@ class FeatureStatsAug(Component, abc.ABC):
         g = ctx.rng("noise")
         up = {k: add_gaussian_noise(v, self.share_noise, g, scale=self.share_noise_scale) for k, v in up.items()}
         return up, self.client_state(self.layers)
+
+    # --- grouped training (fedaug.engine.grouped; offered by subclasses through group_blocker) -----
+    def group_capture(self, ctx: ClientCtx) -> State:
+        """Each layer's running statistics and server quantities as :meth:`receive` set them ``(C,)``."""
+        return {n: {k: getattr(layer, k).detach().clone() for k in LAYER_STATE} for n, layer in self.layers.items()}
+
+    def group_inputs(self, ctx: ClientCtx, batch_size: int) -> State:
+        """Each layer's coin and noise of one forward (:meth:`~fedaug.layers.ffa.FFALayer.draw`), from
+        the client's stream, in the order the forward runs the layers (as the layers draw them)."""
+        g, layers = ctx.rng(self.purpose), self.layers
+        return {n: dict(zip(("use", "noise"), layers[n].draw(batch_size, g))) for n in self.call_order}
+
+    @contextlib.contextmanager
+    def group_forward(self, captured: State, inputs: State) -> Iterator[None]:
+        """The layers run on one client's draws and state (:class:`~fedaug.layers.ffa.Drawn`)."""
+        layers = self.layers
+        try:
+            for n, drawn in inputs.items():
+                layers[n].drawn = Drawn(drawn["use"], drawn["noise"], **captured[n])
+            yield
+        finally:
+            for layer in layers.values():
+                layer.drawn = None
+
+    def group_restore(self, ctx: ClientCtx, captured: State) -> None:
+        """The client's layers as training left them (their running statistics, Eq. 4)."""
+        with torch.no_grad():
+            for n, layer in self.layers.items():
+                for k in LAYER_STATE:
+                    getattr(layer, k).copy_(captured[n][k])
 
     def privatize(self, up: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
         """The client-level Gaussian mechanism on the upload: clip every ``(C,)`` statistic together

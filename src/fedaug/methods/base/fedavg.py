@@ -151,6 +151,17 @@ class FedAvg(Component):
                     if isinstance(module, _NormBase) and module.track_running_stats:
                         module.reset_running_stats()
 
+    def group_blocker(self) -> str:
+        return ""
+
+    def group_capture(self, ctx: ClientCtx) -> State:
+        """The global weights this client received, where it clips its own update (``clip_at="client"``)."""
+        return {"received": self._received} if self.clip_norm and self.clip_at == "client" else {}
+
+    def group_restore(self, ctx: ClientCtx, captured: State) -> None:
+        if "received" in captured:
+            self._received = captured["received"]
+
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         if not ctx.training:
             return {}, {}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Part, Spec, TensorSpec
@@ -80,6 +80,24 @@ class SCAFFOLD(FedAvg):
         for p, corr in self._correction:
             if p.grad is not None:
                 p.grad.add_(corr)
+
+    def group_capture(self, ctx: ClientCtx) -> State:
+        """This client's global weights x, variates c and c_i, and its gradient correction ``c - c_i``."""
+        return {**super().group_capture(ctx), "x": self._x, "c": self._c, "ci": self._ci,
+                "correction": {k: corr for k, (_, corr) in zip(self._x, self._correction)}}
+
+    def group_before_step(self, grads: Mapping[str, Tensor], captured: State,
+                          optimizer: torch.optim.Optimizer) -> None:
+        """Line 10 for the whole group: each client's stacked gradient plus its ``c - c_i``."""
+        if self._momentum is None:
+            self._momentum = sgd_momentum(optimizer, "scaffold's option-II control variates assume SGD steps")
+        for k, corr in captured["correction"].items():
+            if k in grads:
+                grads[k].add_(corr)
+
+    def group_restore(self, ctx: ClientCtx, captured: State) -> None:
+        super().group_restore(ctx, captured)
+        self._x, self._c, self._ci = captured["x"], captured["c"], captured["ci"]
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         part, state = super().reply(ctx)

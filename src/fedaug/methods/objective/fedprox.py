@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import Tensor
 
 from fedaug.core.payload import Part
@@ -41,3 +43,13 @@ class FedProx(Component):
 
     def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:
         return {"prox": self.mu / 2 * squared_distance(trainable(ctx.model), self._anchor)}
+
+    def group_blocker(self) -> str:
+        return ""
+
+    def group_capture(self, ctx: ClientCtx) -> State:
+        return {"anchor": self._anchor}
+
+    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State) -> dict[str, Tensor]:
+        """The proximal term of one client of a group, over its (trainable) ``params``."""
+        return {"prox": self.mu / 2 * squared_distance(params, captured["anchor"])}

@@ -1,0 +1,23 @@
+"""A tiny segmentation federation for engine tests: 16x16 one-channel images segmented by intensity."""
+
+from __future__ import annotations
+
+import torch
+
+from fedaug.data.base import ClientData, FederatedData, Split
+
+#: intensity thresholds between the classes (class k: above the first k)
+THRESHOLDS = (0.5, 0.8)
+
+
+def toy_segmentation(num_clients: int, num_classes: int = 3) -> FederatedData:
+    """``num_clients`` clients of 8 training, 2 validation and 4 test images ``(1, 16, 16)``, seeded, whose
+    masks count the thresholds a pixel exceeds (``num_classes`` <= 3)."""
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> Split:
+        x = torch.rand(n, 1, 16, 16, generator=g)
+        return Split(x, sum((x[:, 0] > t).long() for t in THRESHOLDS[:num_classes - 1]))
+
+    return FederatedData("toyseg", "segmentation", num_classes, (1, 16, 16),
+                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(num_clients)])
