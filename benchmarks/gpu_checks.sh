@@ -5,22 +5,26 @@
 # trained as batched groups, train.group_clients, against one at a time, issue 39) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
+# The limits add up to 8 minutes (a device call may run 10); STEPS runs a subset, e.g. to rerun what overran
+# with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
+#   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh
 set -u
 out=${OUT:-gpu-checks}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=${LIMIT:-$2}; shift 2
+  case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   local t0=$SECONDS
   timeout "$limit" "$@" > "$out/$name.txt" 2>&1
   echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
   tail -n 25 "$out/$name.txt"
 }
-step env 60 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-step tests_gpu 240 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
-step bench_device 240 "$py" benchmarks/bench_device.py --devices cuda --threads 8
-step bench_ffa 180 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
-step bench_throughput 200 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
-step bench_grouped 240 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
+step env 30 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+step tests_gpu 120 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
+step bench_device 110 "$py" benchmarks/bench_device.py --devices cuda --threads 8
+step bench_ffa 80 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
+step bench_throughput 70 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
+step bench_grouped 70 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
