@@ -13,6 +13,7 @@ from fedaug.core.payload import (
     Against,
     PassedParts,
     TensorSpec,
+    distance,
     message_nbytes,
     norm_bounded,
     part_nbytes,
@@ -244,3 +245,20 @@ def test_a_ranged_entry_is_measured_but_its_range_is_still_read(server_path):
     with pytest.raises(PayloadError, match=r"'var' holds -0\.001, below its smallest allowed value 0"):
         validate_part({"var": torch.tensor([0.5, -0.001])}, spec, "up", 1e6, against)
     assert against.distances == {"var": pytest.approx(0.001)}
+
+
+def test_distances_of_accelerator_style_pairs_follow_the_same_rule_without_the_library(no_server_library):
+    """The buffer path (every device; on accelerators one synchronisation per part) records what
+    :func:`distance` gives: float32 entries the float32 rounding of the float64 norm of the float32
+    differences, float64 entries their float64 norm; entries without a counterpart are not measured."""
+    g = torch.Generator().manual_seed(3)
+    part = {"a": torch.randn(50, generator=g), "b": torch.randn(4, 5, generator=g, dtype=torch.float64),
+            "c": torch.randn(3, generator=g)}
+    sent = {"a": torch.randn(50, generator=g), "b": torch.randn(4, 5, generator=g, dtype=torch.float64)}
+    against = Against(sent, {})
+    spec = {n: TensorSpec(tuple(t.shape), t.dtype) for n, t in part.items()}
+    validate_part(part, spec, "up", 1e6, against)
+    assert set(against.distances) == {"a", "b"}
+    assert against.distances["a"] == float(torch.tensor(float((part["a"] - sent["a"]).double().norm()), dtype=torch.float32))
+    assert against.distances["b"] == float((part["b"] - sent["b"]).norm())
+    assert against.distances == {n: distance(part[n], sent[n]) for n in ("a", "b")}

@@ -140,18 +140,18 @@ def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[st
 
 class Against:
     """What :func:`validate_part` measures of a reply's part against the part the server sent (the
-    ``reference``): for each entry with a same-shaped, same-dtype float32/float64 CPU counterpart, the
-    distance ``||t - r||_2`` (into :attr:`distances`), and what that pass tells of ``t``'s values, so
-    that one pass over an upload gives the server's value check and its update norm (engine/screen.py).
+    ``reference``): for each entry with a same-shaped, same-dtype float32/float64 counterpart on the
+    same device, the distance ``||t - r||_2`` (:func:`distance`, into :attr:`distances`), and what that
+    pass tells of ``t``'s values, so that one pass over an upload gives the server's value check and
+    its update norm (engine/screen.py).
 
-    A float32 entry's distance is the float32 rounding of ``sqrt(sum_i d_i^2)``, ``d_i = t_i - r_i``
-    rounded to float32, the squares (exact in float64) summed in float64. Where the compiled server
-    library is built (:mod:`fedaug.core.server_ops`) that pass reads ``t`` and ``r`` once and also
-    gives ``t``'s extremes; elsewhere the difference goes through a buffer, and where ``max|r| + ||t - r||``
-    is finite and at most half the bound every value of ``t`` is finite and within it
-    (``|t_i| <= |r_i| + |t_i - r_i|``), so ``t`` needs no read of its own. Both paths give the same
-    verdicts and messages, and the same distances unless a float64 sum falls within its own rounding
-    error of a float32 rounding boundary. A float64 entry's distance is its norm in float64.
+    Where the compiled server library is built (:mod:`fedaug.core.server_ops`), a contiguous float32
+    CPU entry's pass reads ``t`` and ``r`` once and also gives ``t``'s extremes. Elsewhere the
+    difference goes through a buffer (on accelerators: the part's distances are read with one
+    synchronisation), and where ``max|r| + ||t - r||`` is finite and at most half the bound every value
+    of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``), so ``t`` needs no read of its
+    own. Both paths give the same verdicts and messages, and the same distances unless a float64 sum
+    falls within its own rounding error of a float32 rounding boundary.
 
     Args:
         reference: the part sent, ``{name: tensor}``.
@@ -172,31 +172,33 @@ class Against:
         for name, t in tensors.items():
             r = self.reference.get(name)
             if (isinstance(r, Tensor) and t.dtype in _NORMED and r.dtype == t.dtype and t.shape == r.shape
-                    and t.is_cpu and r.is_cpu and t.numel()):
+                    and t.device == r.device and t.numel()):
                 pairs[name] = (t.detach(), r)
         ops = server_ops.loaded()
-        single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_contiguous()
-                  and p[1].is_contiguous()} if ops is not None else {}
+        single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_cpu
+                  and p[0].is_contiguous() and p[1].is_contiguous()} if ops is not None else {}
         extremes: dict[str, tuple[float, float]] = {}
         if single:
             rows = ops.upload_stats([t for t, _ in single.values()], [r for _, r in single.values()]).tolist()
             for name, (squares, lo, hi) in zip(single, rows):
                 self.distances[name] = _float32(math.sqrt(squares))
                 extremes[name] = (lo, hi)
+        norms: dict[torch.device, dict[str, Tensor]] = {}
+        for name, (t, r) in pairs.items():
+            if name not in single:
+                key = (t.shape, t.dtype, t.device)
+                if key not in self.cache:
+                    self.cache[key] = torch.empty_like(t, memory_format=torch.contiguous_format)
+                diff = torch.sub(t, r, out=self.cache[key])  # queued before the buffer's next use on its stream
+                norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(diff, dtype=torch.float64)
         half = math.inf if max_abs is None else max_abs / 2
         out = set()
-        for name, (t, r) in pairs.items():
-            if name in single:
-                continue
-            key = (t.shape, t.dtype)
-            if key not in self.cache:
-                self.cache[key] = torch.empty(t.shape, dtype=t.dtype)
-            diff = torch.sub(t, r, out=self.cache[key])
-            distance = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
-            distance = _float32(distance) if t.dtype == torch.float32 else distance
-            self.distances[name] = distance
-            if name in boundable and math.isfinite(distance) and self._largest(r) + distance <= half:
-                out.add(name)  # (a NaN largest compares False)
+        for group in norms.values():
+            for name, norm in zip(group, torch.stack(list(group.values())).tolist()):  # one synchronisation
+                t, r = pairs[name]
+                self.distances[name] = _float32(norm) if t.dtype == torch.float32 else norm
+                if name in boundable and math.isfinite(norm) and self._largest(r) + self.distances[name] <= half:
+                    out.add(name)  # (a NaN largest compares False)
         return out, extremes
 
     def _largest(self, r: Tensor) -> float:
@@ -206,6 +208,13 @@ class Against:
             seen = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r holds a non-finite value
             self.cache[id(r)] = seen
         return seen[2]
+
+
+def distance(t: Tensor, r: Tensor) -> float:
+    """``||t - r||_2`` as the server records it (:class:`Against` measures the same): the difference in
+    ``t``'s dtype, its squares summed in float64, the norm rounded to float32 for float32 tensors."""
+    norm = float(torch.linalg.vector_norm(torch.sub(t.detach(), r), dtype=torch.float64))
+    return _float32(norm) if t.dtype == torch.float32 else norm
 
 
 def _float32(x: float) -> float:

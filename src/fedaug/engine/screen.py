@@ -36,10 +36,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from fedaug.config.schema import TrustConfig
 from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.payload import distance
 from fedaug.engine.exchange import PhaseResult
 from fedaug.engine.fleet import METERS, Reply
 from fedaug.methods.component import Component, State
@@ -51,8 +50,8 @@ def update_norm(base: Component, server: State, client_id: int, reply: Reply,
                 distances: Mapping[str, float] | None = None) -> float:
     """``||w_k - w||_2`` of one reply's part of the server rule ``base``, against the downlink ``base``
     sends that client in training, over the floating entries of equal name and shape
-    (:func:`~fedaug.privacy.clip.update_entries`): each entry's distance in its own dtype, combined in
-    float64. The exchange measures the distances as it checks the reply's values (one pass over the
+    (:func:`~fedaug.privacy.clip.update_entries`): each entry's distance (:func:`~fedaug.core.payload.distance`),
+    combined in float64. The exchange measures the distances as it checks the reply's values (one pass over the
     upload, :class:`~fedaug.core.payload.Against`); an entry it did not measure is measured here.
 
     Args:
@@ -64,8 +63,7 @@ def update_norm(base: Component, server: State, client_id: int, reply: Reply,
     """
     sent, part = base.downlink(server, client_id, "train"), reply.message[base.name]
     known = distances or {}
-    squares = [(known[k] if k in known else float(torch.linalg.vector_norm(part[k] - sent[k]))) ** 2
-               for k in update_entries(part, sent)]
+    squares = [(known[k] if k in known else distance(part[k], sent[k])) ** 2 for k in update_entries(part, sent)]
     return math.sqrt(sum(squares))
 
 
