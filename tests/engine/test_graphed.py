@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from fedaug.config.schema import validate
+from fedaug.config.schema import TrainConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.engine import graphed
 from fedaug.engine.graphed import (GraphedSteps, copy_state_, graph_blockers, graph_key, graphed_steps,
@@ -200,11 +200,11 @@ def test_a_recipe_that_cannot_be_captured_trains_eagerly_after_one_notice(cuda_m
 
 
 def test_a_recipe_in_scope_gets_graphed_steps_with_a_cuda_capture(cuda_model):
-    sim = build_simulation(validate({**config("scaffold", 1).to_dict(), "train": {**config("scaffold", 1).to_dict()[
-        "train"], "cuda_graph": True}}))
+    raw = config("scaffold", 1).to_dict()
+    sim = build_simulation(validate({**raw, "train": {**raw["train"], "cuda_graph": True}}))
     assert isinstance(sim.fleet.worker.graphs, GraphedSteps)
     assert isinstance(sim.fleet.worker.graphs.capture, graphed.CudaGraphs)
-    assert graphed_steps(sim.cfg.train.__class__(), sim.recipe, sim.fleet.worker.model) is None  # off by default
+    assert graphed_steps(TrainConfig(), sim.recipe, sim.fleet.worker.model) is None  # off by default
 
 
 def test_cuda_graph_on_a_device_that_auto_resolves_to_the_cpu_is_refused():
