@@ -23,15 +23,16 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.engine import graphed
-from fedaug.engine.graphed import (GraphedSteps, copy_state_, graph_blockers, graph_key, graphed_steps,
-                                   reset_optimizer_state_)
+from fedaug.engine.graphed import (GraphedSteps, copy_state_, graph_blocker, graph_blockers, graph_key,
+                                   graphed_steps, reset_optimizer_state_)
 from fedaug.engine.simulate import Simulation, build_simulation
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.base.feddyn import FedDyn
 from fedaug.methods.recipe import Recipe
 from tests.conftest import tiny_raw
-from tests.engine.test_grouped import config, records
+from fedaug.methods.recipe import METHODS as METHODS_REGISTRY
+from tests.engine.test_grouped import GROUPABLE, config, records
 
 
 class EagerReplay:
@@ -173,6 +174,17 @@ def test_graph_blockers_add_the_components_that_draw_in_every_step():
         "the model (Sequential: its dropout draws from the global random stream)",
     ]
     assert graph_blockers(Recipe(FedAvg(), []), conv) == []
+
+
+def test_exactly_the_groupable_components_that_draw_nothing_per_step_can_be_captured():
+    import fedaug.methods.addon  # noqa: F401  (registers every component)
+    import fedaug.methods.aug  # noqa: F401
+    import fedaug.methods.objective  # noqa: F401
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # options that warn at their defaults
+        capturable = [name for name in METHODS_REGISTRY.names() if not graph_blocker(METHODS_REGISTRY.get(name)())]
+    assert capturable == [name for name in GROUPABLE if name != "fedfa"]
 
 
 @pytest.fixture

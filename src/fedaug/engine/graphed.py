@@ -38,10 +38,10 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
-from fedaug.engine.grouped import client_loss, group_blockers, optimizer_step
+from fedaug.engine.grouped import client_loss, component_blocker, group_blockers, optimizer_step
 from fedaug.engine.local import make_optimizer
 from fedaug.methods._common import trainable
-from fedaug.methods.component import ClientCtx, State
+from fedaug.methods.component import ClientCtx, Component, State
 from fedaug.methods.recipe import Recipe, overrides
 
 #: graphs kept per worker (least recently used dropped first; a dropped shape is captured again)
@@ -91,14 +91,20 @@ class CudaGraphs:
         return torch.cuda.get_rng_state(self.device)
 
 
+def graph_blocker(c: Component) -> str:
+    """Why ``c``'s client steps cannot be captured (``""``: they can): why it cannot train grouped
+    (:func:`~fedaug.engine.grouped.component_blocker`), or that it draws random numbers in every step
+    (its ``group_inputs``: not captured yet)."""
+    if why := component_blocker(c):
+        return why
+    return "it draws random numbers in every step, which a captured step does not take yet" if overrides(
+        c, "group_inputs") else ""
+
+
 def graph_blockers(recipe: Recipe, model: nn.Module) -> list[str]:
-    """What keeps ``recipe`` on ``model`` from training by CUDA graphs, one entry per reason (empty:
-    nothing): what keeps it from training grouped (:func:`~fedaug.engine.grouped.group_blockers`), and
-    each component that draws random numbers in every step (its ``group_inputs``: not captured yet)."""
-    out = group_blockers(recipe, model)
-    out += [f"'{c.name}' (it draws random numbers in every step, which a captured step does not take yet)"
-            for c in recipe.components if overrides(c, "group_inputs")]
-    return out
+    """What keeps ``recipe`` on ``model`` from training by CUDA graphs, one entry per component (its
+    :func:`graph_blocker`) and one for a model with dropout (empty: nothing)."""
+    return group_blockers(recipe, model, graph_blocker)
 
 
 def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module) -> GraphedSteps | None:

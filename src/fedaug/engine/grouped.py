@@ -66,9 +66,12 @@ def component_blocker(c: Component) -> str:
     return f"it overrides {', '.join(missing)} without a grouped form" if missing else ""
 
 
-def group_blockers(recipe: Recipe, model: nn.Module) -> list[str]:
-    """What keeps ``recipe`` on ``model`` from training grouped, one entry per component (empty: nothing)."""
-    out = [f"'{c.name}' ({why})" for c in recipe.components if (why := component_blocker(c))]
+def group_blockers(recipe: Recipe, model: nn.Module,
+                   blocker: Callable[[Component], str] = component_blocker) -> list[str]:
+    """What keeps ``recipe`` on ``model`` from training grouped, one entry per component that ``blocker``
+    gives a reason for (:func:`component_blocker`; CUDA graphs: :func:`~fedaug.engine.graphed.graph_blocker`)
+    and one for a model with dropout (empty: nothing)."""
+    out = [f"'{c.name}' ({why})" for c in recipe.components if (why := blocker(c))]
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
         out.append(f"the model ({type(model).__name__}: its dropout draws from the global random stream)")
     return out
