@@ -24,7 +24,8 @@ cores); ``--workers-only`` for the worker scaling alone; ``--quick`` for a smoke
 --device cuda --workers 1 2 4 8`` for mobilenetv2_cifar clients on one GPU (benchmarks/gpu_checks.sh);
 ``--jobs W1 --groups 1 10`` for W1's ten clients a round trained as one batched group
 (``train.group_clients``, issue 39) against one at a time, with the largest difference of their losses
-(``--jobs G --groups 1 10 50 --device cuda`` on a GPU).
+(``--jobs G --groups 1 10 50 --device cuda`` on a GPU); ``--jobs G --graph --device cuda`` for each client's
+step replayed from CUDA graphs (``train.cuda_graph``, issue 39) against eager steps.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ JOBS = {
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 
 
-def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1):
+def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
+                  graph: bool = False):
     from fedaug.config.schema import validate
 
     return validate({
@@ -80,19 +82,19 @@ def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str
         "model": {"name": job.model},
         "train": {"rounds": rounds, "participation": job.per_round / job.num_clients, "local_steps": job.steps,
                   "batch_size": job.batch, "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
-                  "group_clients": group},
+                  "group_clients": group, "cuda_graph": graph},
         "eval": {"every": 10**6},
     })
 
 
 def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
-                  losses: list[float] | None = None) -> list[tuple[float, float]]:
+                  graph: bool = False, losses: list[float] | None = None) -> list[tuple[float, float]]:
     """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it);
     each client's training loss of every round is appended to ``losses``, if given."""
     from fedaug.core.runtime import configure_process
     from fedaug.engine.simulate import build_simulation
 
-    cfg = engine_config(job, rounds, threads, workers, device, group)
+    cfg = engine_config(job, rounds, threads, workers, device, group, graph)
     configure_process(cfg.threads)
     sim = build_simulation(cfg)
     with sim:
@@ -196,7 +198,8 @@ def child(spec: dict) -> None:
     if spec["kind"] == "paired":
         times: object = paired_rounds(job, spec["rounds"], device)
     elif spec["kind"] == "engine":
-        times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device, spec.get("group", 1), losses)
+        times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device, spec.get("group", 1),
+                              spec.get("graph", False), losses)
     else:
         times = bare_rounds(job, spec["rounds"], spec["threads"], device)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -281,31 +284,32 @@ def compare_workers(jobs: list[Job], rounds: int, repeats: int, counts: list[int
     print()
 
 
-def compare_groups(jobs: list[Job], rounds: int, repeats: int, groups: list[int], pin: int | None,
-                   device: str = "cpu", threads: int = 1) -> None:
-    """``train.group_clients = g`` (a round's clients trained as batched groups, issue 39) against one
-    client at a time (g = 1), alternating, same steps; the results must agree: the largest relative
-    difference of any client's training loss over every round is reported (float rounding only)."""
-    print(f"## Grouped clients on {device} ({threads} thread{'s' if threads > 1 else ''}"
+def compare_settings(jobs: list[Job], rounds: int, repeats: int, settings: list[tuple[str, dict]], what: str,
+                     pin: int | None, device: str = "cpu", threads: int = 1) -> None:
+    """Each setting ``(label, engine options)`` against the first, alternating, same steps; the results
+    must agree: the largest relative difference of any client's training loss over every round from
+    the first setting's is reported (float rounding only; 0 where the numbers are the same)."""
+    print(f"## {what} on {device} ({threads} thread{'s' if threads > 1 else ''}"
           f"{f', pinned to core {pin}' if pin is not None else ''}; {repeats} alternating repeats x {rounds} timed "
           f"rounds after 1 warm-up)\n")
-    print(HEADER.replace("| loop |", "| group_clients |"))
+    print(HEADER.replace("| loop |", "| setting |"))
     for job in jobs:
-        times: dict[int, list[list[float]]] = {g: [] for g in groups}
-        losses: dict[int, list[float]] = {}
-        peaks = dict.fromkeys(groups, 0.0)
+        times: dict[str, list[list[float]]] = {label: [] for label, _ in settings}
+        losses: dict[str, list[float]] = {}
+        peaks = dict.fromkeys(times, 0.0)
         for _ in range(repeats):
-            for g in groups:
+            for label, options in settings:
                 res = measure(kind="engine", job=job.name, rounds=rounds + 1, threads=threads, workers=1, pin=pin,
-                              device=device, group=g)
-                times[g] += timed(res)
-                losses[g] = res["losses"]
-                peaks[g] = max(peaks[g], res["peak_mb"])
-        base = statistics.median(t[0] for t in times[groups[0]])
-        for g in groups:
-            diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[g], losses[groups[0]]))
-            speed = base / statistics.median(t[0] for t in times[g])
-            print(row(job, f"{g} ({speed:.2f}x; max rel. loss diff {diff:.1e})", times[g], peaks[g]))
+                              device=device, **options)
+                times[label] += timed(res)
+                losses[label] = res["losses"]
+                peaks[label] = max(peaks[label], res["peak_mb"])
+        first = settings[0][0]
+        base = statistics.median(t[0] for t in times[first])
+        for label, _ in settings:
+            diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[label], losses[first]))
+            speed = base / statistics.median(t[0] for t in times[label])
+            print(row(job, f"{label} ({speed:.2f}x; max rel. loss diff {diff:.1e})", times[label], peaks[label]))
     print()
 
 
@@ -352,7 +356,10 @@ def main() -> None:
                         help="worker counts to compare (default 1, 2, 4, 8 up to the cores)")
     parser.add_argument("--groups", type=int, nargs="+", default=None, metavar="G",
                         help="only compare train.group_clients = G (e.g. 1 10: one at a time, then groups of 10)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the --groups comparison")
+    parser.add_argument("--graph", action="store_true",
+                        help="only compare train.cuda_graph = true (a client's step replayed from CUDA graphs) with "
+                             "eager steps (CUDA only)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the --groups and --graph comparisons")
     args = parser.parse_args()
     rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
     jobs = [JOBS[j] for j in args.jobs]
@@ -361,7 +368,12 @@ def main() -> None:
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
     if args.groups:
-        compare_groups(jobs, rounds, repeats, sorted({1, *args.groups}), args.pin, args.device, args.threads)
+        groups = [(f"group_clients = {g}", {"group": g}) for g in sorted({1, *args.groups})]
+        compare_settings(jobs, rounds, repeats, groups, "Grouped clients", args.pin, args.device, args.threads)
+        return
+    if args.graph:
+        graphs = [("eager steps", {"graph": False}), ("cuda_graph = true", {"graph": True})]
+        compare_settings(jobs, rounds, repeats, graphs, "CUDA graphs", args.pin, args.device, args.threads)
         return
     if not args.workers_only:
         compare_bare(jobs, rounds, repeats, args.pin, args.device)

@@ -2,7 +2,8 @@
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
 # the tests/gpu suite, then bench_device.py, bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and
 # without it), bench_throughput.py (workers sharing the GPU) and bench_throughput.py --groups (a round's clients
-# trained as batched groups, train.group_clients, against one at a time, issue 39) on cuda. Each step has its own time limit
+# trained as batched groups, train.group_clients, against one at a time, issue 39) and bench_throughput.py --graph (each
+# client's step replayed from CUDA graphs, train.cuda_graph, against eager steps, issue 39) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
 # The limits add up to 8 minutes (a device call may run 10); STEPS runs a subset, e.g. to rerun what overran
@@ -22,9 +23,10 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out
   echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
   tail -n 25 "$out/$name.txt"
 }
-step env 30 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-step tests_gpu 120 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
-step bench_device 110 "$py" benchmarks/bench_device.py --devices cuda --threads 8
-step bench_ffa 80 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
-step bench_throughput 70 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
-step bench_grouped 70 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
+step env 20 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+step tests_gpu 115 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
+step bench_device 100 "$py" benchmarks/bench_device.py --devices cuda --threads 8
+step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
+step bench_throughput 65 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
+step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
+step bench_graph 40 "$py" benchmarks/bench_throughput.py --jobs G --graph --device cuda --rounds 2 --repeats 1 --threads 8

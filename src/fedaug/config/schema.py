@@ -63,6 +63,9 @@ class TrainConfig:
     group_clients: int = opt(1, "train up to this many sampled clients of a round at once as one batched model "
                                 "(torch.func.vmap; for GPUs: docs/engine.md, 'Grouped clients'); 1: one at a time. "
                                 "Part of the run's numbers (float rounding), not of its placement", lo=1)
+    cuda_graph: bool = opt(False, "capture a client's whole local step in a CUDA graph once per batch shape and "
+                                  "replay it for every batch (fedavg, fedbn, fedprox, scaffold; CUDA only: "
+                                  "docs/engine.md, 'CUDA graphs'). Part of the run's numbers")
     optimizer: str = opt("sgd", "local optimiser", choices=("sgd", "adam"))
     lr: float = opt(0.01, "local learning rate (round 1)", lo=0.0, lo_open=True)
     momentum: float = opt(0.9, "SGD momentum", lo=0.0, hi=1.0)
@@ -292,7 +295,7 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
                         "data); remove it from [model.options]")
-    problems += _attack_problems(cfg.attack) + _grouping_problems(cfg)
+    problems += _attack_problems(cfg.attack) + _grouping_problems(cfg) + _graph_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
@@ -308,9 +311,32 @@ def _grouping_problems(cfg: RunConfig) -> list[str]:
         problems.append(f"'train.group_clients' = {g} trains groups on one worker model, but workers = {cfg.workers}: "
                         "set workers = 1 (a GPU's groups keep it busy) or train.group_clients = 1")
     if cfg.precision != "32":
-        problems.append(f"'train.group_clients' = {g} trains in float32 only, got precision = {cfg.precision!r}: "
-                        "set precision = '32' or train.group_clients = 1")
+        problems.append(_float32_only(f"'train.group_clients' = {g}", "train.group_clients = 1", cfg.precision))
     return problems
+
+
+def _graph_problems(cfg: RunConfig) -> list[str]:
+    """What ``train.cuda_graph = true`` cannot be combined with (docs/engine.md, "CUDA graphs"); a device
+    that ``auto`` resolves to is checked when the worker is built (:mod:`fedaug.engine.graphed`)."""
+    if cfg.train.cuda_graph is not True:  # off, or a bad type reported already
+        return []
+    setting, off = "'train.cuda_graph' = true", "train.cuda_graph = false"
+    named = [("device", cfg.device)] + ([(f"devices[{i}]", d) for i, d in enumerate(cfg.devices)]
+                                        if fits(cfg.devices, list[str]) else [])
+    problems = [f"{setting} captures CUDA graphs, got {key} = {d!r}: set {key} = 'cuda' or {off}"
+                for key, d in named if d in ("cpu", "mps")]
+    g = cfg.train.group_clients
+    if fits(g, int) and g > 1:
+        problems.append(f"{setting} captures one client's steps at a time, but train.group_clients = {g}: set "
+                        f"train.group_clients = 1 or {off}")
+    if cfg.precision != "32":
+        problems.append(_float32_only(setting, off, cfg.precision))
+    return problems
+
+
+def _float32_only(setting: str, off: str, precision: str) -> str:
+    """The problem of ``setting``, which trains in float32 only, with a mixed ``precision``."""
+    return f"{setting} trains in float32 only, got precision = {precision!r}: set precision = '32' or {off}"
 
 
 def _attack_problems(a: AttackConfig) -> list[str]:

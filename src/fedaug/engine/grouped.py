@@ -66,9 +66,12 @@ def component_blocker(c: Component) -> str:
     return f"it overrides {', '.join(missing)} without a grouped form" if missing else ""
 
 
-def group_blockers(recipe: Recipe, model: nn.Module) -> list[str]:
-    """What keeps ``recipe`` on ``model`` from training grouped, one entry per component (empty: nothing)."""
-    out = [f"'{c.name}' ({why})" for c in recipe.components if (why := component_blocker(c))]
+def group_blockers(recipe: Recipe, model: nn.Module,
+                   blocker: Callable[[Component], str] = component_blocker) -> list[str]:
+    """What keeps ``recipe`` on ``model`` from training grouped, one entry per component that ``blocker``
+    gives a reason for (:func:`component_blocker`; CUDA graphs: :func:`~fedaug.engine.graphed.graph_blocker`)
+    and one for a model with dropout (empty: nothing)."""
+    out = [f"'{c.name}' ({why})" for c in recipe.components if (why := blocker(c))]
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
         out.append(f"the model ({type(model).__name__}: its dropout draws from the global random stream)")
     return out
@@ -112,9 +115,10 @@ def state_slice(state: State, i: int) -> State:
     return {k: state_slice(v, i) if isinstance(v, dict) else v[i] for k, v in state.items()}
 
 
-def _client_loss(recipe: Recipe, model: nn.Module, task_loss: Callable[[Tensor, Tensor], Tensor]
-                 ) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
-    """One client's total loss and its terms, as the one-at-a-time closure computes them, for ``vmap``."""
+def client_loss(recipe: Recipe, model: nn.Module, task_loss: Callable[[Tensor, Tensor], Tensor]
+                ) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    """One client's total loss and its terms, as the one-at-a-time closure computes them, for ``vmap``
+    (and, for one client, for a CUDA graph: :mod:`fedaug.engine.graphed`)."""
     extras = recipe.per_batch["loss_terms"]
     forwarders = [c for c in recipe.participants("train") if overrides(c, "group_forward")]
 
@@ -132,6 +136,26 @@ def _client_loss(recipe: Recipe, model: nn.Module, task_loss: Callable[[Tensor, 
         return total, terms
 
     return loss
+
+
+def optimizer_step(loss: Callable[..., tuple[Tensor, dict[str, Tensor]]], optimizer: torch.optim.Optimizer,
+                   adjusters: Sequence[Component], params: dict[str, Tensor], captured: State,
+                   args: tuple[Any, ...]) -> tuple[Tensor, dict[str, Tensor]]:
+    """One step of :func:`client_loss`'s ``loss(params, *args)`` (batched or not): backward from the sum
+    of its totals, every adjuster's :meth:`~fedaug.methods.component.Component.group_before_step` on
+    the gradients, the optimiser's step.
+
+    Returns:
+        The totals and the loss terms, detached.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    totals, terms = loss(params, *args)
+    totals.sum().backward()
+    grads = {k: p.grad for k, p in params.items() if p.grad is not None}
+    for c in adjusters:
+        c.group_before_step(grads, captured[c.name], optimizer)
+    optimizer.step()
+    return totals.detach(), {k: v.detach() for k, v in terms.items()}
 
 
 def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[Message],
@@ -175,7 +199,7 @@ def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[M
     captured = stack_states(captures)
     model.train()
     optimizer = make_optimizer(list(params.values()), cfg, ctxs[0].lr)
-    batched = vmap(_client_loss(recipe, model, ctxs[0].task.loss), randomness="error")
+    batched = vmap(client_loss(recipe, model, ctxs[0].task.loss), randomness="error")
     drawers = [c for c in train if overrides(c, "group_inputs")]
     adjusters = recipe.per_batch["before_step"]
     total_sum = torch.zeros(len(ctxs), device=ctxs[0].device)
@@ -184,16 +208,11 @@ def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[M
         x = torch.stack([ctx.data.x[idx[s]] for ctx, idx in zip(ctxs, steps)])
         y = torch.stack([ctx.data.y[idx[s]] for ctx, idx in zip(ctxs, steps)])
         inputs = stack_states([{c.name: c.group_inputs(view[c.name], size) for c in drawers} for view in views])
-        optimizer.zero_grad(set_to_none=True)
-        totals, terms = batched(params, stacked, captured, inputs, x, y)
-        totals.sum().backward()
-        grads = {k: p.grad for k, p in params.items() if p.grad is not None}
-        for c in adjusters:
-            c.group_before_step(grads, captured[c.name], optimizer)
-        optimizer.step()
-        total_sum += totals.detach()
+        totals, terms = optimizer_step(batched, optimizer, adjusters, params, captured,
+                                       (stacked, captured, inputs, x, y))
+        total_sum += totals
         for k, v in terms.items():
-            sums[k] = sums.get(k, 0.0) + v.detach()
+            sums[k] = sums.get(k, 0.0) + v
     replies = []
     for i, (ctx, view) in enumerate(zip(ctxs, views)):
         load_entries(model, {k: t[i].detach() for k, t in (*params.items(), *stacked.items())})

@@ -9,6 +9,7 @@ any component's ``before_step`` (SCAFFOLD's correction sees true gradients) and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -24,12 +25,20 @@ from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
 
-def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """A fresh local optimiser over ``params``."""
+#: what takes a client's local steps instead of the eager loop (:class:`~fedaug.engine.graphed.GraphedSteps`):
+#: called with the engine's context, the components' views and the batches' index tensors, after every
+#: component's ``receive``; returns the sum of the steps' total losses and the sums of each loss term
+LocalSteps = Callable[[ClientCtx, dict[str, ClientCtx], list[Tensor]], tuple[Tensor, dict[str, Tensor]]]
+
+
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float,
+                   capturable: bool = False) -> torch.optim.Optimizer:
+    """A fresh local optimiser over ``params``; ``capturable``: Adam keeps its step count on the
+    parameters' device, so that a CUDA graph can capture its step (SGD's step is capturable as it is)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay, capturable=capturable)
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
 
 
@@ -115,7 +124,7 @@ def batch_indices(n: int, cfg: TrainConfig, g: torch.Generator) -> list[Tensor]:
 
 def train_client(
     recipe: Recipe, ctx: ClientCtx, downlink: Message, state: dict[str, State], cfg: TrainConfig,
-    precision: str = "32", optimizers: LocalOptimizer | None = None,
+    precision: str = "32", optimizers: LocalOptimizer | None = None, local_steps: LocalSteps | None = None,
 ) -> Reply:
     """Run one client's training phase on the worker model ``ctx.model``, on ``ctx.device``.
 
@@ -129,6 +138,8 @@ def train_client(
             ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.worker.Worker`
             refuses it).
         optimizers: the worker's :class:`LocalOptimizer` (default: a new one, for this client alone).
+        local_steps: what takes the steps (:data:`LocalSteps`; ``train.cuda_graph``,
+            :mod:`fedaug.engine.graphed`); default: :func:`eager_steps`.
 
     Returns:
         The uplink message, the training metrics and the client's new per-client state.
@@ -136,53 +147,12 @@ def train_client(
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
     ctx = ctx.with_fields(num_steps=len(steps))
     views = component_views(recipe, ctx)
-    model, data = ctx.model, ctx.data
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.participants("train"):
             c.receive(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
-        model.train()
-        optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
-        forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
-        transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
-        scaler = grad_scaler(ctx.device, precision)
-        sums: dict[str, Tensor] = {}
-        first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
-
-        def closure() -> Tensor:
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(ctx.device, precision):
-                out, target = forwarder.forward(views[forwarder.name], batch)
-                terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
-                for c in extras:
-                    for k, v in c.loss_terms(views[c.name], target, out).items():
-                        terms[f"{c.name}/{k}"] = v
-                total = sum(terms.values()) if len(terms) > 1 else terms["task"]
-            if scaler is None:
-                total.backward()
-            else:
-                scaler.scale(total).backward()
-                scaler.unscale_(optimizer)
-            for c in adjusters:
-                c.before_step(views[c.name], optimizer)
-            if first_call[0]:
-                for k, v in terms.items():
-                    sums[k] = sums.get(k, 0.0) + v.detach()
-                first_call[0] = False
-            return total.detach()
-
-        def step() -> Tensor:
-            if scaler is None:
-                return stepper.step(views[stepper.name], optimizer, closure)
-            loss = closure()  # the default step, with the scaler's (no component replaces it)
-            scaler.step(optimizer)
-            scaler.update()
-            return loss
-
-        total_sum = torch.zeros((), device=ctx.device)
-        for idx in steps:
-            batch = transform_inputs(transforms, views, Batch(data.x[idx], data.y[idx]))
-            first_call[0] = True
-            total_sum += step()
+        ctx.model.train()
+        run = local_steps or partial(eager_steps, recipe, cfg=cfg, precision=precision, optimizers=optimizers)
+        total_sum, sums = run(ctx, views, steps)
         uplink, new_state = {}, {}
         for c in recipe.participants("train"):
             part, st = c.reply(views[c.name])
@@ -190,6 +160,57 @@ def train_client(
             if st:
                 new_state[c.name] = st
     return Reply(uplink, train_metrics(total_sum, sums, len(steps)), new_state)
+
+
+def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], steps: list[Tensor], *,
+                cfg: TrainConfig, precision: str = "32",
+                optimizers: LocalOptimizer | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """The client's local steps, one batch of ``ctx.data`` per index tensor of ``steps``, each through
+    every component's per-batch hooks (:data:`LocalSteps`; the arguments as :func:`train_client`'s)."""
+    model, data = ctx.model, ctx.data
+    optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
+    forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
+    transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
+    scaler = grad_scaler(ctx.device, precision)
+    sums: dict[str, Tensor] = {}
+    first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
+
+    def closure() -> Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(ctx.device, precision):
+            out, target = forwarder.forward(views[forwarder.name], batch)
+            terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
+            for c in extras:
+                for k, v in c.loss_terms(views[c.name], target, out).items():
+                    terms[f"{c.name}/{k}"] = v
+            total = sum(terms.values()) if len(terms) > 1 else terms["task"]
+        if scaler is None:
+            total.backward()
+        else:
+            scaler.scale(total).backward()
+            scaler.unscale_(optimizer)
+        for c in adjusters:
+            c.before_step(views[c.name], optimizer)
+        if first_call[0]:
+            for k, v in terms.items():
+                sums[k] = sums.get(k, 0.0) + v.detach()
+            first_call[0] = False
+        return total.detach()
+
+    def step() -> Tensor:
+        if scaler is None:
+            return stepper.step(views[stepper.name], optimizer, closure)
+        loss = closure()  # the default step, with the scaler's (no component replaces it)
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    total_sum = torch.zeros((), device=ctx.device)
+    for idx in steps:
+        batch = transform_inputs(transforms, views, Batch(data.x[idx], data.y[idx]))
+        first_call[0] = True
+        total_sum += step()
+    return total_sum, sums
 
 
 def train_metrics(total: Tensor, sums: dict[str, Tensor], num_steps: int) -> dict[str, float]:

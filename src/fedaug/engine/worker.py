@@ -24,6 +24,7 @@ from fedaug.engine.attack import Attack
 from fedaug.engine.evaluate import evaluate_client
 from fedaug.engine.finetune import finetune_meters, with_finetuned
 from fedaug.engine.fleet import Reply
+from fedaug.engine.graphed import graphed_steps
 from fedaug.engine.grouped import train_group
 from fedaug.engine.local import LocalOptimizer, train_client
 from fedaug.engine.query import answer_query
@@ -73,9 +74,10 @@ class Worker:
         num_clients: the federation's size (which clients ``[attack]`` names depends on it).
 
     Raises:
-        ConfigError: ``cfg.precision`` that the model's device cannot autocast, or ``"16-mixed"``
+        ConfigError: ``cfg.precision`` that the model's device cannot autocast, ``"16-mixed"``
             with a component that replaces the optimiser step (its own steps, e.g. SAM's two
-            closure calls, cannot take the gradient scaler's).
+            closure calls, cannot take the gradient scaler's), or ``train.cuda_graph`` on a model
+            that is not on a CUDA device.
     """
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task, num_clients: int) -> None:
@@ -91,6 +93,8 @@ class Worker:
                            for phase in PHASES}
         self.checked = PassedParts()  # the server's tensors are read once, not once per client
         self.optimizers = LocalOptimizer(cfg.train)
+        #: the captured local steps (train.cuda_graph), or None: eager steps
+        self.graphs = graphed_steps(cfg.train, recipe, model)
 
     def _receive(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
                  state: Mapping[str, State]) -> tuple[ClientCtx, Message, dict[str, State], ClientData]:
@@ -139,7 +143,8 @@ class Worker:
         """
         ctx, message, state, client = self._receive(phase, client_id, r, lr, client, message, state)
         if phase == "train":
-            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers)
+            reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers,
+                                 self.graphs)
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:
