@@ -15,7 +15,6 @@ from fedaug.cli.main import main as cli
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import SCREEN_MULTIPLE, TrustConfig, validate
 from fedaug.core.errors import ConfigError, FedaugError
-from fedaug.core.runtime import configure_process
 from fedaug.engine.exchange import PhaseResult
 from fedaug.engine.fleet import Reply
 from fedaug.engine.records import ASIDE, RunDir
@@ -182,11 +181,8 @@ def unscreened(out_dir, on_empty_round: str):
 
 
 def poisoned_run(tmp_path, on_empty_round: str):
-    """Screening off: client 1's round-2 upload is accepted and poisons the global state. The process
-    runs at the config's thread count, as the CLI's resume and the clean run after it do (the default
-    is the cores this process may use: one, under ``taskset -c 0``)."""
+    """Screening off: client 1's round-2 upload is accepted and poisons the global state."""
     cfg = unscreened(tmp_path / "runs", on_empty_round)
-    configure_process(cfg.threads)
     sim = build_simulation(cfg)
     sim.fleet = PoisonRound(sim.fleet, 2)
     return cfg, sim, RunDir.start(cfg)

@@ -12,11 +12,17 @@ import pytest
 
 from fedaug.config.load import dump_toml, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.runtime import available_cores
 from fedaug.engine.records import CONFIG, SUMMARY
 from fedaug.report.runner import (
     GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
 )
 from tests.report.conftest import tiny_spec
+
+
+#: tests that run two jobs or two workers at once: the runner refuses to share fewer cores (docs/engine.md)
+two_cores = pytest.mark.skipif(available_cores() < 2, reason="two jobs or workers need two cores: the runner "
+                               "refuses to oversubscribe fewer (run without taskset -c N)")
 
 
 def summaries(out):
@@ -161,6 +167,7 @@ def test_a_grid_cell_from_before_the_kernel_option_asks_for_its_mode(tmp_path):
         run_grid(fedfa_spec(), out)
 
 
+@two_cores
 def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):
     spec = tiny_spec(seeds=[1])
     outcomes = run_grid(spec, tmp_path / "par", jobs=2)
@@ -196,6 +203,7 @@ def test_jobs_workers_and_threads_share_the_cores_without_oversubscribing(tmp_pa
         plan(spec, tmp_path, jobs=2, cores=2)
 
 
+@two_cores
 def test_a_grid_on_two_workers_equals_the_grid_on_one(tmp_path, tiny_grid):
     """Each cell's worker processes start from the grid's own process (one job: no daemonic parent)."""
     spec = tiny_spec(seeds=[1], common={**tiny_spec().common, "workers": 2, "threads": 1})
