@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.device import autocast, available_devices, environment, module_device, resolve_device
@@ -67,7 +66,8 @@ def engine_round(sim: Any, r: int) -> float:
 
 
 def bare_round(sim: Any, cfg: RunConfig, model: torch.nn.Module, g: torch.Generator) -> float:
-    """The same local steps without the engine: load the global weights, train, average."""
+    """The same local steps without the engine: load the global weights, train with the task's loss
+    (cross-entropy; plus soft Dice for segmentation, as the engine trains), average."""
     device, precision = module_device(model), cfg.precision
     sync(device)
     t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def bare_round(sim: Any, cfg: RunConfig, model: torch.nn.Module, g: torch.Genera
             idx = torch.randperm(len(x), generator=g)[: cfg.train.batch_size].to(device)
             opt.zero_grad(set_to_none=True)
             with autocast(device, precision):
-                loss = F.cross_entropy(model(x[idx]), y[idx])
+                loss = sim.task.loss(model(x[idx]), y[idx])  # the engine's: CE, + soft Dice for segmentation
             loss.backward()
             opt.step()
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
