@@ -100,8 +100,8 @@ def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str
     with sim:
         times = []
         for r in range(1, rounds + 1):
-            rec: dict = {}
-            times.append(timed_round(lambda r: rec.update(sim.run_round(r)), r, device))
+            seconds, rec = timed_round(sim.run_round, r, device)
+            times.append(seconds)
             if losses is not None:
                 losses += [m["loss"] for _, m in sorted(rec["train"]["clients"].items(), key=lambda kv: int(kv[0]))]
     return times
@@ -157,18 +157,18 @@ class BareLoop:
                           for name, v in self.global_sd.items()}
 
 
-def timed_round(run, r: int, device: str) -> tuple[float, float]:
-    """(wall, process CPU) seconds of ``run(r)``."""
+def timed_round(run, r: int, device: str) -> tuple[tuple[float, float], object]:
+    """(wall, process CPU) seconds of ``run(r)``, and what it returned."""
     t0, c0 = time.perf_counter(), time.process_time()
-    run(r)
+    out = run(r)
     _sync(device)
-    return time.perf_counter() - t0, time.process_time() - c0
+    return (time.perf_counter() - t0, time.process_time() - c0), out
 
 
 def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> list[tuple[float, float]]:
     """(wall, process CPU) seconds of each round of :class:`BareLoop`."""
     loop = BareLoop(job, threads, device)
-    return [timed_round(loop.run_round, r, device) for r in range(1, rounds + 1)]
+    return [timed_round(loop.run_round, r, device)[0] for r in range(1, rounds + 1)]
 
 
 def paired_rounds(job: Job, rounds: int, device: str = "cpu") -> dict[str, list[tuple[float, float]]]:
@@ -184,7 +184,7 @@ def paired_rounds(job: Job, rounds: int, device: str = "cpu") -> dict[str, list[
         for r in range(1, rounds + 1):
             sides = [("engine", sim.run_round), ("bare", loop.run_round)]
             for side, run in sides if r % 2 else sides[::-1]:
-                out[side].append(timed_round(run, r, device))
+                out[side].append(timed_round(run, r, device)[0])
     return out
 
 

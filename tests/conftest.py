@@ -18,13 +18,17 @@ from fedaug.layers import kernel
 from fedaug.report.runner import run_grid
 
 
+#: the config's default ``threads``
+DEFAULT_THREADS = validate({"data": {"name": "synthetic"}, "model": {"name": "small_cnn"}}).threads
+
+
 @pytest.fixture(autouse=True)
 def default_threads() -> None:
     """Every test starts at the config's default thread count (``threads = 2``), whatever cores pytest
     was given: runs a test starts in-process (``run_experiment``, ``sim.run``) then compute as the CLI
     runs (which set ``cfg.threads``) do, also under ``taskset -c 0`` (torch's default there is one
     thread, and float results depend on the thread count)."""
-    torch.set_num_threads(validate({"data": {"name": "synthetic"}, "model": {"name": "small_cnn"}}).threads)
+    torch.set_num_threads(DEFAULT_THREADS)
 
 
 def tiny_raw(**train: Any) -> dict[str, Any]:

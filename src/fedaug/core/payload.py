@@ -196,7 +196,7 @@ class Against:
         for group in norms.values():
             for name, norm in zip(group, torch.stack(list(group.values())).tolist()):  # one synchronisation
                 t, r = pairs[name]
-                self.distances[name] = _float32(norm) if t.dtype == torch.float32 else norm
+                self.distances[name] = _recorded(norm, t.dtype)
                 if name in boundable and math.isfinite(norm) and self._largest(r) + self.distances[name] <= half:
                     out.add(name)  # (a NaN largest compares False)
         return out, extremes
@@ -213,8 +213,12 @@ class Against:
 def distance(t: Tensor, r: Tensor) -> float:
     """``||t - r||_2`` as the server records it (:class:`Against` measures the same): the difference in
     ``t``'s dtype, its squares summed in float64, the norm rounded to float32 for float32 tensors."""
-    norm = float(torch.linalg.vector_norm(torch.sub(t.detach(), r), dtype=torch.float64))
-    return _float32(norm) if t.dtype == torch.float32 else norm
+    return _recorded(float(torch.linalg.vector_norm(torch.sub(t.detach(), r), dtype=torch.float64)), t.dtype)
+
+
+def _recorded(norm: float, dtype: torch.dtype) -> float:
+    """A float64 ``norm`` as a distance of a ``dtype`` entry is recorded: float32 entries' rounded to float32."""
+    return _float32(norm) if dtype == torch.float32 else norm
 
 
 def _float32(x: float) -> float:
