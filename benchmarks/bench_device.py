@@ -28,7 +28,7 @@ import torch
 
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.device import autocast, available_devices, environment, module_device, resolve_device
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.base.fedavg import weighted_average
 from fedaug.models.registry import build_model
 

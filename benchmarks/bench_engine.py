@@ -44,7 +44,7 @@ def config(num_clients: int, samples: int, participation: float, rounds: int, st
 def engine_rounds(num_clients: int, samples: int, participation: float, rounds: int, steps: int,
                   channels: int = 3) -> list[tuple[float, float]]:
     """Per-round (wall, process CPU) seconds of the engine (evaluation excluded: it never runs mid-run)."""
-    from fedaug.engine.simulate import build_simulation
+    from fedaug.engine.run import build_simulation
 
     cfg = config(num_clients, samples, participation, rounds, steps, channels)
     torch.set_num_threads(cfg.threads)  # the library leaves threads to the caller (the CLI sets them)

@@ -32,7 +32,7 @@ from fedaug.config.schema import validate
 from fedaug.core.device import environment, resolve_device
 from fedaug.core.rng import scoped_global_seed
 from fedaug.core.runtime import configure_process
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.layers import FFALayer, attach, kernel, stage_channels
 from fedaug.models import build_model
 

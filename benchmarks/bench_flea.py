@@ -14,7 +14,7 @@ import statistics
 from fedaug import load_config
 from fedaug.config.schema import validate
 from fedaug.core.runtime import configure_process
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 
 
 def measure(flea: bool, rounds: int, samples: int) -> dict[str, float]:

@@ -49,7 +49,7 @@ def run_engine(engine: str, rounds: int, workdir: Path) -> dict[str, Any]:
     """Run the experiment on ``engine``; return its per-round times and final mean test accuracy."""
     cfg = config(rounds, str(workdir / "runs"))
     if engine == "in-process":
-        from fedaug.engine.simulate import run_experiment
+        from fedaug.engine.run import run_experiment
 
         summary, _ = run_experiment(cfg, quiet=True)
     elif engine == "flower in-process":

@@ -92,7 +92,7 @@ def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str
     """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it);
     each client's training loss of every round is appended to ``losses``, if given."""
     from fedaug.core.runtime import configure_process
-    from fedaug.engine.simulate import build_simulation
+    from fedaug.engine.run import build_simulation
 
     cfg = engine_config(job, rounds, threads, workers, device, group, graph)
     configure_process(cfg.threads)
@@ -175,7 +175,7 @@ def paired_rounds(job: Job, rounds: int, device: str = "cpu") -> dict[str, list[
     """The engine (workers = 1) and the bare loop in one process at one thread, round by round in
     alternating order (engine first in odd rounds), so that what slows the machine for a moment
     slows both: ``{"engine": [...], "bare": [...]}``, (wall, CPU) seconds of each round."""
-    from fedaug.engine.simulate import build_simulation
+    from fedaug.engine.run import build_simulation
 
     loop = BareLoop(job, 1, device)
     sim = build_simulation(engine_config(job, rounds, 1, 1, device))
@@ -320,7 +320,7 @@ def profile(job: Job, top: int) -> None:
     import pstats
 
     from fedaug.core.runtime import configure_process
-    from fedaug.engine.simulate import build_simulation
+    from fedaug.engine.run import build_simulation
 
     cfg = engine_config(job, 3, 1, 1)
     configure_process(1)

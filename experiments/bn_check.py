@@ -24,7 +24,7 @@ from torch import nn
 from fedaug.config.load import parse_config, read_toml
 from fedaug.data.base import Split
 from fedaug.data.registry import load_dataset
-from fedaug.engine.records import CONFIG, RunDir
+from fedaug.engine.records.rundir import CONFIG, RunDir
 from fedaug.metrics.classification import ClassificationMeter
 from fedaug.models import build_model
 

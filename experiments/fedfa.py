@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fedaug import load_config
 from fedaug.core.runtime import configure_process
-from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.engine.run import resume_experiment, run_experiment
 
 FEDFA = ["method.augs=[fedfa]"]
 #: VFDA's noise scaled by the fused variance (Eq. 7 as printed), the presets' value until issue 18

@@ -24,7 +24,7 @@ import time
 import torch
 
 from fedaug.config.load import load_config
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.layers.functional import t_modulation
 
 #: the Digits-4 grids' data option (docs/results.md); FedFA with its server sending Sigma^2 (Eq. 5)

@@ -24,7 +24,7 @@ from fedaug import load_config
 from fedaug.analysis import context_attack, feature_dcor, global_model, pooled, reconstruction_attack
 from fedaug.analysis.figures import save_curves, save_reconstructions
 from fedaug.core.runtime import configure_process
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.aug.fedmix import batch_means
 from fedaug.models.split import forward_front
 from fedaug.privacy import feature_exposure, flea_schedule

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
-from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods import METHODS
 from fedaug.report.stats import mean_std, paired_ttest
 

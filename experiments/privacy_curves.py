@@ -123,7 +123,7 @@ def calibrate(out: Path, mechs: list[str], rounds: int) -> dict[str, Any]:
     import torch
 
     from fedaug.config.load import parse_config
-    from fedaug.engine.simulate import build_simulation
+    from fedaug.engine.run import build_simulation
     from fedaug.methods.aug import featstats, fedrdn, flea
     from fedaug.methods.base import fedavg
 

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from fedaug.config.load import load_config
 from fedaug.config.schema import RunConfig
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.layers.functional import channel_stats
 from fedaug.models import build_model
 

@@ -13,7 +13,7 @@ from fedaug.cli.main import main
 from fedaug.cli.run_cmd import finish
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import validate
-from fedaug.engine.records import RunDir
+from fedaug.engine.records.rundir import RunDir
 from tests.conftest import tiny_raw
 from tests.engine.test_runlock import holder
 

@@ -17,8 +17,8 @@ import torch
 
 from fedaug.cli.main import main
 from fedaug.core.serialize import save_tensors
-from fedaug.engine.records import RunDir
-from fedaug.engine.runlock import LOCK
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.records.runlock import LOCK
 from tests.cli.test_cli import write_cfg
 
 
@@ -53,14 +53,14 @@ def test_a_full_disk_exits_2_naming_the_file_and_the_run_resumes_once_there_is_s
     def full(path, payload):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("fedaug.engine.records.save_tensors", full)
+    monkeypatch.setattr("fedaug.engine.records.rundir.save_tensors", full)
     assert main(["run", str(write_cfg(tmp_path, rounds=2)), "-q"]) == 2
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert one_error(capsys.readouterr().err) == (
         f"cannot write '{run_dir}/checkpoints/round_000001.pt': No space left on device; the records and checkpoints "
         f"written before are intact and the run is resumable: free space on its disk, then run 'fedaug resume "
         f"{run_dir}'")
-    monkeypatch.setattr("fedaug.engine.records.save_tensors", save_tensors)
+    monkeypatch.setattr("fedaug.engine.records.rundir.save_tensors", save_tensors)
     assert main(["resume", str(run_dir), "-q"]) == 0
     assert [r["round"] for r in RunDir(run_dir).rounds()] == [1, 2]
 

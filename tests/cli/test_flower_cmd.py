@@ -11,7 +11,7 @@ pytest.importorskip("flwr", reason="fedaug flower needs the flower extra: pip in
 
 from fedaug.cli.main import main  # noqa: E402
 from fedaug.config.load import dump_toml  # noqa: E402
-from fedaug.engine.simulate import run_experiment  # noqa: E402
+from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import flower_cfg  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 from fedaug.cli.main import main
 from fedaug.cli.privacy_cmd import NO_GUARANTEE, guarantee
 from fedaug.config.schema import validate
-from fedaug.engine.simulate import run_experiment
+from fedaug.engine.run import run_experiment
 from tests.conftest import tiny_raw
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fedaug.config.load import dump_toml, parse_config, read_toml, toml_string
 from fedaug.config.schema import MAX_NAME, validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine.records import CONFIG, RunDir
+from fedaug.engine.records.rundir import CONFIG, RunDir
 
 # any key: empty, dotted, quoted, with spaces, control characters or non-ASCII letters
 KEYS = st.text(max_size=8)

@@ -57,9 +57,9 @@ def test_malformed_names_are_refused(name: str) -> None:
 
 def test_precision_checks() -> None:
     cpu = torch.device("cpu")
-    for precision in ("32", "bf16-mixed", "16-mixed"):  # torch autocasts both half types on the CPU
+    for precision in ("32", "tf32", "bf16-mixed", "16-mixed"):  # torch autocasts both half types on the CPU
         check_precision(cpu, precision)
-    with pytest.raises(ConfigError, match="precision must be one of 32, bf16-mixed, 16-mixed"):
+    with pytest.raises(ConfigError, match="precision must be one of 32, tf32, bf16-mixed, 16-mixed"):
         check_precision(cpu, "64")
 
 
@@ -72,6 +72,36 @@ def test_autocast_and_scaler_follow_the_precision() -> None:
         assert lin(torch.ones(2, 4)).dtype == torch.float32
     assert dev.grad_scaler(cpu, "32") is None and dev.grad_scaler(cpu, "bf16-mixed") is None
     assert isinstance(dev.grad_scaler(cpu, "16-mixed"), torch.amp.GradScaler)
+
+
+def _tf32_settings() -> dict[str, object]:
+    """torch's TF32 settings as they stand (the ones :func:`fedaug.core.device.float32_math` sets)."""
+    return {f"{type(owner).__name__}.{name}": getattr(owner, name) for owner, name in dev._float32_math_settings()}
+
+
+@pytest.mark.parametrize(("precision", "want"), [("32", "ieee"), ("tf32", "tf32"), ("bf16-mixed", "ieee"),
+                                                 ("16-mixed", "ieee")])
+def test_float32_math_sets_every_tf32_switch_and_restores_it(precision: str, want: str) -> None:
+    before = _tf32_settings()
+    for owner, name in dev._float32_math_settings():  # start from the opposite of what the block wants
+        setattr(owner, name, "tf32" if want == "ieee" else "ieee")
+    opposite = _tf32_settings()
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with dev.float32_math(precision):
+                inside = _tf32_settings()
+                raise RuntimeError("inside")
+        assert set(inside.values()) == {want}, inside
+        assert _tf32_settings() == opposite  # restored, also when the block raised
+    finally:
+        for (owner, name), value in zip(dev._float32_math_settings(), before.values()):
+            setattr(owner, name, value)
+
+
+def test_pytorchs_default_lets_cudnn_convolutions_use_tf32() -> None:
+    """Why ``"32"`` needs :func:`~fedaug.core.device.float32_math`: out of the box, cuDNN's float32
+    convolutions may round to TF32 (the defect the first GPU run found, issue 45)."""
+    assert torch.backends.cudnn.allow_tf32 is True
 
 
 def test_to_device_keeps_tensors_already_there_and_the_nest() -> None:

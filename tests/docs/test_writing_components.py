@@ -12,7 +12,7 @@ DOC = Path(__file__).parents[2] / "docs" / "writing_components.md"
 CHECK = '''
 import torch
 from fedaug.config.schema import validate
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 
 sim = build_simulation(cfg)
 rec = sim.run_round(1)

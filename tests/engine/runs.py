@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.load import dump_toml
-from fedaug.engine.records import RunDir
+from fedaug.engine.records.rundir import RunDir
 
 
 def start_run(cfg_file: Path, **popen: Any) -> subprocess.Popen:

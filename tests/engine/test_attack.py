@@ -13,8 +13,8 @@ from hypothesis import given, settings, strategies as st
 from fedaug.config.schema import AttackConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import ClientData, Split
-from fedaug.engine.attack import DEFAULT_STD, choose_attackers, flip_labels
-from fedaug.engine.simulate import Simulation, build_simulation, run_experiment
+from fedaug.engine.client.attack import DEFAULT_STD, choose_attackers, flip_labels
+from fedaug.engine.run import Simulation, build_simulation, run_experiment
 from fedaug.methods.recipe import build_recipe
 from tests.conftest import tiny_raw
 from tests.engine.toyseg import toy_segmentation

@@ -12,7 +12,7 @@ from fedaug.config.schema import validate
 from fedaug.core import device as dev
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import deterministic_algorithms
-from fedaug.engine.simulate import build_simulation, run_experiment
+from fedaug.engine.run import build_simulation, run_experiment
 from tests.conftest import tiny_raw
 from tests.engine.replay import cases as replay_cases
 from tests.engine.replay.cases import case_config, differences
@@ -154,3 +154,29 @@ def test_checkpoints_hold_cpu_tensors(tmp_path) -> None:
     tensors = [t for t in dev.to_device(payload["server"], torch.device("cpu")).values()]
     assert tensors and payload["server"]["fedavg"]["weights"]
     assert all(t.device.type == "cpu" for t in payload["server"]["fedavg"]["weights"].values())
+
+
+@pytest.mark.parametrize(("precision", "want"), [("32", {"ieee"}), ("tf32", {"tf32"})])
+def test_every_client_phase_computes_at_the_runs_float32_precision(monkeypatch: pytest.MonkeyPatch, precision: str,
+                                                                   want: set[str]) -> None:
+    """The precision contract (issue 45): while a client trains or evaluates, CUDA's float32 matrix products
+    and cuDNN's convolutions round as ``precision`` says (``"32"``: never TF32), and the process's own
+    settings are back after the run. Read through the settings themselves, which a CPU has as well."""
+    from fedaug.core.device import _float32_math_settings
+    from fedaug.engine.client import worker as worker_module
+
+    seen: list[set[object]] = []
+    for name in ("train_client", "evaluate_client"):
+        original = getattr(worker_module, name)
+
+        def spy(*args: object, _original=original, **kwargs: object) -> object:
+            seen.append({getattr(owner, attr) for owner, attr in _float32_math_settings()})
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(worker_module, name, spy)
+    before = [getattr(owner, attr) for owner, attr in _float32_math_settings()]
+    raw = tiny_raw(rounds=1)
+    raw["precision"] = precision
+    build_simulation(validate(raw)).run()
+    assert seen and all(s == want for s in seen), seen
+    assert [getattr(owner, attr) for owner, attr in _float32_math_settings()] == before

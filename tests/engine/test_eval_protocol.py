@@ -12,7 +12,7 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
 from fedaug.data.registry import load_dataset
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.models.registry import build_model
 from tests.conftest import tiny_raw
 
@@ -48,7 +48,7 @@ def test_sampled_evaluation_covers_the_round_sample_with_the_figures_of_a_full_o
     full_sim.run()
     ev, full = sampled_sim.last_eval["eval"], full_sim.last_eval["eval"]
     names = sampled_sim.federation.names
-    from fedaug.engine.schedule import sample_clients
+    from fedaug.engine.server.schedule import sample_clients
     sampled = sample_clients(7, 2, 3, 0.67)
     assert len(sampled) == 2
     assert list(ev["clients"]) == [names[c] for c in sampled]

@@ -9,8 +9,8 @@ from fedaug.config.schema import validate
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
-from fedaug.engine.fleet import METERS, Reply
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.protocol import METERS, Reply
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.component import Component
 from fedaug.methods.recipe import Recipe

@@ -1,6 +1,6 @@
 """CUDA graphs (``train.cuda_graph``, issue 39), the parts that run without CUDA.
 
-:class:`~fedaug.engine.graphed.GraphedSteps` takes its capture as an argument; here it is
+:class:`~fedaug.engine.client.graphed.GraphedSteps` takes its capture as an argument; here it is
 :class:`EagerReplay`, which "captures" a step by keeping the function and "replays" it by calling it,
 so the whole path runs on the CPU: the static tensors a real graph reads at fixed addresses (the worker
 model's parameters, the optimiser state reset in place, the components' captured tensors copied in,
@@ -22,10 +22,10 @@ from torch import Tensor, nn
 
 from fedaug.config.schema import TrainConfig, validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine import graphed
-from fedaug.engine.graphed import (GraphedSteps, copy_state_, graph_blocker, graph_blockers, graph_key,
+from fedaug.engine.client import graphed
+from fedaug.engine.client.graphed import (GraphedSteps, copy_state_, graph_blocker, graph_blockers, graph_key,
                                    graphed_steps, reset_optimizer_state_)
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.base.feddyn import FedDyn

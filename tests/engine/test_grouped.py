@@ -20,10 +20,10 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import torch_threads
 from fedaug.data.base import Split
 from fedaug.data.registry import load_dataset
-from fedaug.engine import worker as worker_module
-from fedaug.engine.grouped import component_blocker, group_blockers, plan_groups
-from fedaug.engine.records import RunDir
-from fedaug.engine.simulate import Simulation, build_simulation, resume_experiment, run_experiment
+from fedaug.engine.client import worker as worker_module
+from fedaug.engine.client.grouped import component_blocker, group_blockers, plan_groups
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.run import Simulation, build_simulation, resume_experiment, run_experiment
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.base.feddyn import FedDyn

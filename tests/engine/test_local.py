@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from fedaug.config.schema import validate
-from fedaug.engine.local import LocalOptimizer, num_local_steps
+from fedaug.engine.client.training import LocalOptimizer, num_local_steps
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int = 3) -> list[torch.Tensor]:
@@ -53,7 +53,7 @@ def test_a_change_of_trainable_parameters_builds_a_new_optimizer():
     (21, {"batch_size": 10, "drop_last": False}, 2), (5, {"batch_size": 10, "local_epochs": 3}, 3),
 ])
 def test_num_local_steps_counts_the_batches_batch_indices_makes(n, train, steps):
-    from fedaug.engine.local import batch_indices
+    from fedaug.engine.client.training import batch_indices
 
     cfg = validate({"train": train}).train
     assert num_local_steps(n, cfg) == steps == len(batch_indices(n, cfg, torch.Generator().manual_seed(0)))
@@ -66,7 +66,7 @@ def test_num_local_steps_counts_the_batches_batch_indices_makes(n, train, steps)
     (25, {"batch_size": 10, "drop_last": False, "local_steps": 4}, (10, 10, 5, 10)),
 ])
 def test_batch_sizes_are_those_of_the_batches_batch_indices_draws(n, train, sizes):
-    from fedaug.engine.local import batch_indices, batch_sizes
+    from fedaug.engine.client.training import batch_indices, batch_sizes
 
     cfg = validate({"train": train}).train
     assert batch_sizes(n, cfg) == sizes == tuple(len(i) for i in batch_indices(n, cfg, torch.Generator().manual_seed(3)))

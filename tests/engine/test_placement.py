@@ -18,8 +18,8 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.device import resolve_device
 from fedaug.core.payload import tensor_leaves
-from fedaug.engine.fleet import METERS, Reply
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.protocol import METERS, Reply
+from fedaug.engine.run import build_simulation
 from fedaug.layers.attach import chains
 from fedaug.methods import component
 from fedaug.methods.recipe import METHODS

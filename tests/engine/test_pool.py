@@ -19,9 +19,9 @@ from fedaug.config.schema import RunConfig, validate
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import torch_threads
 from fedaug.data.registry import load_dataset
-from fedaug.engine.pool import WorkerDied, expected_cost, pack
-from fedaug.engine.records import RunDir
-from fedaug.engine.simulate import Simulation, build_simulation, resume_experiment, run_experiment
+from fedaug.engine.fleet.processes import WorkerDied, expected_cost, pack
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.run import Simulation, build_simulation, resume_experiment, run_experiment
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe, build_recipe
 from tests.conftest import tiny_raw

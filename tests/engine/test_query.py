@@ -7,7 +7,7 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.component import Component
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe

@@ -14,8 +14,8 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.errors import CheckpointError
 from fedaug.core.serialize import save_tensors
-from fedaug.engine.records import ASIDE, METRICS, RunDir, read_records
-from fedaug.engine.runlock import LOCK
+from fedaug.engine.records.rundir import ASIDE, METRICS, RunDir, read_records
+from fedaug.engine.records.runlock import LOCK
 from tests.conftest import tiny_raw
 
 

@@ -15,9 +15,9 @@ from fedaug.config.load import dump_toml, read_toml
 from fedaug.config.schema import validate
 from fedaug.core.errors import CheckpointError, ConfigError
 from fedaug.core.serialize import load_tensors, save_tensors
-from fedaug.engine.records import RunDir
-from fedaug.engine.runlock import LOCK
-from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.records.runlock import LOCK
+from fedaug.engine.run import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
 from tests.engine.runs import kill_and_resume
 from tests.engine.test_runlock import holder
@@ -39,7 +39,7 @@ def test_resume_after_an_exception_equals_uninterrupted(tmp_path, monkeypatch):
     cfg = validate(raw)
     _, full = run_experiment(cfg, quiet=True)
 
-    from fedaug.engine import simulate
+    from fedaug.engine import run as simulate
 
     original = simulate.Simulation.run_round
 

@@ -14,12 +14,12 @@ import textwrap
 import pytest
 
 from fedaug.core.errors import CheckpointError
-from fedaug.engine.runlock import LOCK, RunLock
+from fedaug.engine.records.runlock import LOCK, RunLock
 
 #: a process that takes the lock on argv[1], says so, then waits for a line on stdin (or kills itself)
 HOLDER = textwrap.dedent("""
     import os, signal, sys
-    from fedaug.engine.runlock import RunLock
+    from fedaug.engine.records.runlock import RunLock
     lock = RunLock.acquire(sys.argv[1])
     print("locked", flush=True)
     if sys.argv[2] == "kill":
@@ -87,7 +87,7 @@ def test_a_filesystem_without_locks_only_warns(tmp_path, monkeypatch):
     def no_locks(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr("fedaug.engine.runlock.fcntl.flock", no_locks)
+    monkeypatch.setattr("fedaug.engine.records.runlock.fcntl.flock", no_locks)
     with pytest.warns(UserWarning, match=rf"run directory '{tmp_path}' cannot be locked \(.*No locks available\); "
                                          "make sure no other process writes to it"):
         lock = RunLock.acquire(tmp_path)

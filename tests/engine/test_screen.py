@@ -15,11 +15,11 @@ from fedaug.cli.main import main as cli
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import SCREEN_MULTIPLE, TrustConfig, validate
 from fedaug.core.errors import ConfigError, FedaugError
-from fedaug.engine.exchange import PhaseResult
-from fedaug.engine.fleet import Reply
-from fedaug.engine.records import ASIDE, RunDir
-from fedaug.engine.screen import lower_median, screen_updates, update_norms
-from fedaug.engine.simulate import build_simulation, run_experiment
+from fedaug.engine.server.exchange import PhaseResult
+from fedaug.engine.protocol import Reply
+from fedaug.engine.records.rundir import ASIDE, RunDir
+from fedaug.engine.server.screening import lower_median, screen_updates, update_norms
+from fedaug.engine.run import build_simulation, run_experiment
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.base.fedproto import FedProto
 from fedaug.methods.recorded import pin

@@ -10,7 +10,7 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.data.registry import load_dataset
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.component import PHASES, Component
 from fedaug.methods.recipe import Recipe, build_recipe
 from fedaug.methods.base.fedavg import FedAvg
@@ -236,7 +236,7 @@ def test_segmentation_trains_and_reports_foreground_dice():
 
 def test_library_calls_leave_process_settings_alone(tiny_cfg, monkeypatch):
     from fedaug.core import runtime
-    from fedaug.engine.simulate import run_experiment
+    from fedaug.engine.run import run_experiment
 
     before = torch.get_num_threads()
     tiny_cfg.threads = before + 1  # a thread count the process does not have

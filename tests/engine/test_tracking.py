@@ -20,10 +20,11 @@ from fedaug.cli.main import main  # noqa: E402
 from fedaug.config.load import dump_toml, flatten, read_toml  # noqa: E402
 from fedaug.config.schema import validate  # noqa: E402
 from fedaug.core.errors import ConfigError  # noqa: E402
-from fedaug.engine import simulate, tracking  # noqa: E402
-from fedaug.engine.records import RunDir  # noqa: E402
-from fedaug.engine.simulate import resume_experiment, run_experiment  # noqa: E402
-from fedaug.engine.tracking import TB_DIR, round_scalars  # noqa: E402
+from fedaug.engine import run as simulate  # noqa: E402
+from fedaug.engine.records import tracking  # noqa: E402
+from fedaug.engine.records.rundir import RunDir  # noqa: E402
+from fedaug.engine.run import resume_experiment, run_experiment  # noqa: E402
+from fedaug.engine.records.tracking import TB_DIR, round_scalars  # noqa: E402
 from fedaug.report.runner import run_grid  # noqa: E402
 from tests.conftest import tiny_raw  # noqa: E402
 from fedaug.report.grid import parse_grid  # noqa: E402

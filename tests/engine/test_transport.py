@@ -7,7 +7,7 @@ from multiprocessing import Pipe
 
 import torch
 
-from fedaug.engine.transport import Channel
+from fedaug.engine.fleet.transport import Channel
 
 
 def pair() -> tuple[Channel, Channel]:

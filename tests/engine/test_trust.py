@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from fedaug.config.schema import validate
-from fedaug.engine.fleet import Malformed, Reply
-from fedaug.engine.records import RunDir
-from fedaug.engine.server import state_problems
-from fedaug.engine.simulate import build_simulation, resume_experiment
+from fedaug.engine.protocol import Malformed, Reply
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.server.loop import state_problems
+from fedaug.engine.run import build_simulation, resume_experiment
 from fedaug.methods.recorded import pin
 from tests.engine.attacks import ATTACKS, Attack, attack_raw, finite, scaled
 

@@ -4,7 +4,7 @@ server's client-sharing variances (Eq. 5) and their t-modulation (Eq. 6) recompu
 from __future__ import annotations
 
 from fedaug.config.load import load_config
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from tests.experiments.scripts import load_script
 
 TINY = ["data.name=synthetic", "data.options={num_clients = 3, samples_per_client = 48, num_classes = 4, size = 8}",

@@ -9,7 +9,7 @@ import statistics
 import torch
 
 from fedaug.config.load import load_config
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.models import build_model
 from tests.experiments.scripts import load_script
 

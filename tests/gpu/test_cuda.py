@@ -27,7 +27,7 @@ from fedaug.config.load import load_config
 from fedaug.config.schema import validate
 from fedaug.core.payload import FUSED_MAX, value_extremes
 from fedaug.core.runtime import deterministic_algorithms
-from fedaug.engine.simulate import build_simulation, resume_experiment, run_experiment
+from fedaug.engine.run import build_simulation, resume_experiment, run_experiment
 from fedaug.layers.functional import StatNoise, restyle
 from tests.conftest import tiny_raw
 from tests.engine.test_resume import interrupted, summary_numbers

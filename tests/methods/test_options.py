@@ -10,7 +10,7 @@ import pytest
 
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import run_experiment
+from fedaug.engine.run import run_experiment
 from fedaug.methods.options import check_noise, check_probability, check_range, range_problem
 from fedaug.methods.recipe import METHODS, build_recipe
 from tests.conftest import NON_FINITE, numeric_options, tiny_raw

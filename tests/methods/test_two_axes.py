@@ -13,7 +13,7 @@ from torch import nn
 
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.base.fedbn import FedBN
 from fedaug.methods.base.scaffold import SCAFFOLD
 from fedaug.methods.base.server_opt import FedAdam

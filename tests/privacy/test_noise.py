@@ -8,7 +8,7 @@ import torch
 
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods import METHODS
 from fedaug.privacy.noise import add_gaussian_noise
 from tests.conftest import tiny_raw

@@ -56,7 +56,7 @@ def test_report_of_a_finetuned_run_shows_the_spread_and_finetuned_columns_in_chr
     import re
 
     from fedaug.config.schema import validate
-    from fedaug.engine.simulate import run_experiment
+    from fedaug.engine.run import run_experiment
     from tests.conftest import tiny_raw
 
     raw = tiny_raw(rounds=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fedaug.cli.run_cmd import finish
 from fedaug.config.schema import validate
-from fedaug.engine.simulate import run_experiment
+from fedaug.engine.run import run_experiment
 from fedaug.report.document import to_markdown
 from fedaug.report.incidents import incidents_table, run_incidents
 from fedaug.report.page import write_report

@@ -13,7 +13,7 @@ import pytest
 from fedaug.config.load import dump_toml, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import available_cores
-from fedaug.engine.records import CONFIG, SUMMARY
+from fedaug.engine.records.rundir import CONFIG, SUMMARY
 from fedaug.report.runner import (
     GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fedaug.config.load import parse_config
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.report.grid import GRID_DIR, GRIDS, KINDS, load_grid
 
 #: grids whose data is segmentation (no synthetic stand-in for their cells)

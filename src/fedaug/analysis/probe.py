@@ -22,7 +22,7 @@ def global_model(sim: Any, client_id: int = 0) -> nn.Module:
     component that takes part in evaluation receives its evaluation part), in eval mode.
 
     Args:
-        sim: a :class:`fedaug.engine.simulate.Simulation` (after some rounds, or restored).
+        sim: a :class:`fedaug.engine.run.Simulation` (after some rounds, or restored).
         client_id: whose per-client state (e.g. local BatchNorm statistics) to use.
     """
     ctx = ClientCtx(sim.model, client_id, sim.round, sim.cfg.seed, sim.data.clients[client_id].train.to(sim.device),

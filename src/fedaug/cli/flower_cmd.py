@@ -20,7 +20,7 @@ from fedaug.config.load import load_config
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import FedaugError
 from fedaug.data.registry import load_dataset
-from fedaug.engine.records import RunDir
+from fedaug.engine.records.rundir import RunDir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

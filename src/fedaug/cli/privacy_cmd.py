@@ -20,8 +20,8 @@ from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import load_tensors
-from fedaug.engine.records import CONFIG, RunDir
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.models.split import forward_front
 from fedaug.privacy.exposure import feature_exposure, flea_schedule, pool_schedule
 

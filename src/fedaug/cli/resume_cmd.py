@@ -9,8 +9,8 @@ from fedaug.cli.run_cmd import add_output_flags, finish
 from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import CheckpointError
 from fedaug.core.runtime import configure_process
-from fedaug.engine.records import CONFIG, RunDir
-from fedaug.engine.simulate import resume_experiment
+from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.run import resume_experiment
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

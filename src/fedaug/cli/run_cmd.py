@@ -8,9 +8,9 @@ from typing import Any
 from fedaug.config.load import load_config
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import to_json
-from fedaug.engine.records import REPORT
-from fedaug.engine.simulate import run_experiment
-from fedaug.engine.tracking import log_run_files
+from fedaug.engine.records.rundir import REPORT
+from fedaug.engine.run import run_experiment
+from fedaug.engine.records.tracking import log_run_files
 from fedaug.report.document import md_text, to_markdown
 from fedaug.report.incidents import incidents_table, run_incidents
 from fedaug.report.table import results_table

@@ -11,6 +11,7 @@ keys. The components' own options are checked when they are built (``check_optio
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ class TrustConfig:
         return None if part == "meters" else float(self.max_abs)
 
 
-#: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.attack`)
+#: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.client.attack`)
 ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "fill", "nan", "inf", "label_flip", "stats", "features")
 #: the kinds that read ``attack.scale``, and ``attack.std``
 SCALED_KINDS, NOISE_KINDS = ("scale", "fill", "stats", "features"), ("gaussian",)
@@ -176,8 +177,9 @@ class RunConfig:
                                  "workers may share one); empty: every worker on 'device'")
     device: str = opt("auto", "where tensors live: auto (CUDA if available, else cpu), cpu, cuda, cuda:N, mps; "
                               "resolved on the machine that runs (config.toml keeps it as written)")
-    precision: str = opt("32", "float32, or the forward pass and loss under autocast (bf16-mixed; 16-mixed "
-                               "adds a gradient scaler)", choices=("32", "bf16-mixed", "16-mixed"))
+    precision: str = opt("32", "32: true float32 (no TF32 on CUDA); tf32: float32 with TF32 matrix products and "
+                               "convolutions on CUDA; or the forward pass and loss under autocast (bf16-mixed; "
+                               "16-mixed adds a gradient scaler)", choices=("32", "tf32", "bf16-mixed", "16-mixed"))
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms and deterministic cuDNN/cuBLAS "
                                      "(slower on CUDA; docs/engine.md)")
     data: DataConfig = field(default_factory=DataConfig)
@@ -310,14 +312,14 @@ def _grouping_problems(cfg: RunConfig) -> list[str]:
     if fits(cfg.workers, int) and cfg.workers > 1:
         problems.append(f"'train.group_clients' = {g} trains groups on one worker model, but workers = {cfg.workers}: "
                         "set workers = 1 (a GPU's groups keep it busy) or train.group_clients = 1")
-    if cfg.precision != "32":
+    if cfg.precision not in FLOAT32:
         problems.append(_float32_only(f"'train.group_clients' = {g}", "train.group_clients = 1", cfg.precision))
     return problems
 
 
 def _graph_problems(cfg: RunConfig) -> list[str]:
     """What ``train.cuda_graph = true`` cannot be combined with (docs/engine.md, "CUDA graphs"); a device
-    that ``auto`` resolves to is checked when the worker is built (:mod:`fedaug.engine.graphed`)."""
+    that ``auto`` resolves to is checked when the worker is built (:mod:`fedaug.engine.client.graphed`)."""
     if cfg.train.cuda_graph is not True:  # off, or a bad type reported already
         return []
     setting, off = "'train.cuda_graph' = true", "train.cuda_graph = false"
@@ -329,20 +331,24 @@ def _graph_problems(cfg: RunConfig) -> list[str]:
     if fits(g, int) and g > 1:
         problems.append(f"{setting} captures one client's steps at a time, but train.group_clients = {g}: set "
                         f"train.group_clients = 1 or {off}")
-    if cfg.precision != "32":
+    if cfg.precision not in FLOAT32:
         problems.append(_float32_only(setting, off, cfg.precision))
     return problems
 
 
+#: the precisions that compute in float32 (no autocast)
+FLOAT32 = ("32", "tf32")
+
+
 def _float32_only(setting: str, off: str, precision: str) -> str:
     """The problem of ``setting``, which trains in float32 only, with a mixed ``precision``."""
-    return f"{setting} trains in float32 only, got precision = {precision!r}: set precision = '32' or {off}"
+    return f"{setting} trains in float32 only, got precision = {precision!r}: set precision = '32' (or 'tf32') or {off}"
 
 
 def _attack_problems(a: AttackConfig) -> list[str]:
     """What is wrong with ``[attack]`` across its fields (what the federation decides, client ids
     beyond its size, a label flip on segmentation, parts not in the method, is checked at run start:
-    :func:`fedaug.engine.attack.check_attack`); warns about options that do nothing."""
+    :func:`fedaug.engine.client.attack.check_attack`); warns about options that do nothing."""
     if not fits(a.clients, list[int]) or a.kind not in ATTACK_KINDS:  # reported already
         return []
     problems = []
@@ -384,3 +390,21 @@ def describe() -> list[tuple[str, Any, str]]:
 
     walk(RunConfig, "")
     return rows
+
+
+def learning_rate(cfg: TrainConfig, round: int) -> float:
+    """The local learning rate of 1-based ``round``.
+
+    constant: ``lr``; exponential: ``max(lr * decay^(r-1), lr_min)`` (FLea: 2 % per round);
+    cosine: ``lr_min + (lr - lr_min) (1 + cos(pi (r-1) / R)) / 2``; step: ``lr * decay^floor((r-1)/S)``.
+    """
+    r = round - 1
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    if cfg.lr_schedule == "exponential":
+        return max(cfg.lr * cfg.lr_decay**r, cfg.lr_min)
+    if cfg.lr_schedule == "cosine":
+        return cfg.lr_min + (cfg.lr - cfg.lr_min) * (1 + math.cos(math.pi * r / cfg.rounds)) / 2
+    if cfg.lr_schedule == "step":
+        return cfg.lr * cfg.lr_decay ** (r // cfg.lr_step_rounds)
+    raise ConfigError(f"unknown train.lr_schedule '{cfg.lr_schedule}'; choose constant, exponential, cosine, step")

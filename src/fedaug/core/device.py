@@ -7,11 +7,15 @@ naming the devices that are there. A run directory's ``config.toml`` keeps the n
 (``"auto"`` stays ``"auto"``), so a run resumed on another machine resolves it again there; the
 device it ran on is recorded in its summary (:func:`environment`).
 
-``precision`` is ``"32"`` (float32 everywhere), ``"bf16-mixed"`` or ``"16-mixed"``: the forward
-pass and the loss run under :func:`torch.autocast` with bfloat16 or float16 (:func:`autocast`),
-weights, optimiser state and every message stay float32; ``"16-mixed"`` scales the loss with a
-:class:`torch.amp.GradScaler` (:func:`grad_scaler`). torch autocasts float16 on the CPU too, so
-``"16-mixed"`` is accepted there (no faster than float32 on a CPU; useful to test the scaler path).
+``precision`` is ``"32"`` (true float32 everywhere: CUDA's matrix products and cuDNN's convolutions do
+not round their inputs to TF32 while a client computes, :func:`float32_math`), ``"tf32"`` (float32 with
+TF32 matrix products and convolutions on CUDA GPUs that have them: faster, with about 10 bits of
+mantissa in those products; on other devices the same as ``"32"``), ``"bf16-mixed"`` or ``"16-mixed"``:
+the forward pass and the loss run under :func:`torch.autocast` with bfloat16 or float16 (:func:`autocast`),
+weights, optimiser state and every message stay float32 (true float32 outside autocast); ``"16-mixed"``
+scales the loss with a :class:`torch.amp.GradScaler` (:func:`grad_scaler`). torch autocasts float16 on
+the CPU too, so ``"16-mixed"`` is accepted there (no faster than float32 on a CPU; useful to test the
+scaler path).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import platform
 import re
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,8 +34,12 @@ from fedaug.core.errors import ConfigError
 
 #: what ``device`` may say in a config (availability is checked when it is resolved)
 DEVICE_SYNTAX = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
-#: the ``precision`` names (Lightning's) and the autocast dtype of each (``None``: no autocast)
-PRECISIONS: dict[str, torch.dtype | None] = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+#: the ``precision`` names (Lightning's, and ``"tf32"``) and the autocast dtype of each (``None``: no autocast)
+PRECISIONS: dict[str, torch.dtype | None] = {"32": None, "tf32": None, "bf16-mixed": torch.bfloat16,
+                                             "16-mixed": torch.float16}
+#: how CUDA's float32 matrix products and cuDNN's float32 convolutions round, per precision (torch's
+#: ``fp32_precision`` values: ``"ieee"`` true float32, ``"tf32"`` TensorFloat-32)
+FLOAT32_MATH: dict[str, str] = {"32": "ieee", "tf32": "tf32", "bf16-mixed": "ieee", "16-mixed": "ieee"}
 CPU = torch.device("cpu")
 
 
@@ -79,13 +88,41 @@ def check_precision(device: torch.device, precision: str) -> None:
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "32":
+    if PRECISIONS[precision] is None:
         return
     if not torch.amp.autocast_mode.is_autocast_available(device.type):
         raise ConfigError(f"precision={precision!r}: torch cannot autocast on {device}; use precision='32'")
     if device.type == "cuda" and precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"precision='bf16-mixed': {torch.cuda.get_device_name(device)} has no bfloat16 support; "
                           "use '16-mixed' or '32'")
+
+
+def _float32_math_settings() -> list[tuple[Any, str]]:
+    """The ``(backend, attribute)`` pairs that decide whether float32 products round to TF32: torch's
+    ``fp32_precision`` settings where it has them (2.9 on), else the older ``allow_tf32`` flags."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return [(torch.backends.cuda.matmul, "fp32_precision"), (torch.backends.cudnn.conv, "fp32_precision"),
+                (torch.backends.cudnn.rnn, "fp32_precision")]
+    return [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+
+
+@contextlib.contextmanager
+def float32_math(precision: str) -> Iterator[None]:
+    """Run a block with CUDA's float32 matrix products and cuDNN's float32 convolutions (and RNNs) at
+    ``precision``'s rounding (:data:`FLOAT32_MATH`), then restore the settings as they were. PyTorch's
+    defaults let cuDNN convolutions use TF32, so without this a ``"32"`` run on an Ampere or newer GPU
+    would not be float32. Process-wide settings, read where kernels are chosen: the worker sets them
+    around each client's phase, so the same process may run other code with its own."""
+    want = FLOAT32_MATH[precision]
+    settings = _float32_math_settings()
+    before = [getattr(owner, name) for owner, name in settings]
+    for owner, name in settings:
+        setattr(owner, name, want == "tf32" if name == "allow_tf32" else want)
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(settings, before):
+            setattr(owner, name, value)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:

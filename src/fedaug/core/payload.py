@@ -143,7 +143,7 @@ class Against:
     ``reference``): for each entry with a same-shaped, same-dtype float32/float64 counterpart on the
     same device, the distance ``||t - r||_2`` (:func:`distance`, into :attr:`distances`), and what that
     pass tells of ``t``'s values, so that one pass over an upload gives the server's value check and
-    its update norm (engine/screen.py).
+    its update norm (engine/server/screening.py).
 
     Where the compiled server library is built (:mod:`fedaug.core.server_ops`), a contiguous float32
     CPU entry's pass reads ``t`` and ``r`` once and also gives ``t``'s extremes. Elsewhere the

@@ -1,8 +1,8 @@
 """Process-wide settings for training: torch's thread count, keeping freed memory (glibc), and
 deterministic algorithms.
 
-Library calls (:func:`~fedaug.engine.simulate.run_experiment`,
-:func:`~fedaug.engine.simulate.build_simulation`, ...) never change process-wide state. A process
+Library calls (:func:`~fedaug.engine.run.run_experiment`,
+:func:`~fedaug.engine.run.build_simulation`, ...) never change process-wide state. A process
 entry point opts in with :func:`configure_process`: the ``fedaug`` command line does, and so do
 the Flower ClientApp and ServerApp (each runs in a process that Flower starts for it); a Python
 user calls it once, before training, when the process is theirs to tune.

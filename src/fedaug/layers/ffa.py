@@ -28,7 +28,7 @@ _NEUTRAL = {"fused": 1.0, "direct": 0.0, "product": 1.0, "client": 0.0, "fixed":
 
 @dataclass(frozen=True)
 class Drawn:
-    """One client's part of a grouped forward (:mod:`fedaug.engine.grouped`): what an
+    """One client's part of a grouped forward (:mod:`fedaug.engine.client.grouped`): what an
     :class:`FFALayer` would draw in this forward (:meth:`FFALayer.draw`) and the per-client state it
     would read and update, each a slice of the group's stacked tensors inside ``torch.func.vmap``.
 

@@ -25,7 +25,7 @@ in :attr:`Component.phases`; per phase and per client::
 ``setup(model, input_shape)`` prepares each worker model once (attach layers) and
 ``init_server(model, num_clients)`` makes the initial server state. The engine validates and counts
 every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`). Grouped training
-(``train.group_clients > 1``, :mod:`fedaug.engine.grouped`) calls the ``group_*`` forms of the client
+(``train.group_clients > 1``, :mod:`fedaug.engine.client.grouped`) calls the ``group_*`` forms of the client
 hooks instead, for the components that offer them (:meth:`Component.group_blocker`).
 """
 
@@ -234,7 +234,7 @@ class Component:
         optimizer.step()
         return loss
 
-    # --- grouped training (train.group_clients > 1, fedaug.engine.grouped) ----------------------
+    # --- grouped training (train.group_clients > 1, fedaug.engine.client.grouped) ----------------------
     def group_blocker(self) -> str:
         """Why this component cannot train a group of clients as one batched model, or ``""`` when it
         can (it then gives a grouped form of every client hook it overrides: ``receive`` ->

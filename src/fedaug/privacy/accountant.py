@@ -10,7 +10,7 @@ becomes a ``dp_accounting`` event:
   clients the server sampled; a client's unit (the client, or one of its samples) takes part only
   when its client is sampled, which is accounted as **Poisson sampling with q = m / N**
   (``PoissonSampledDpEvent``), composed over the rounds so far. The engine samples exactly m = round(pN)
-  clients without replacement (:func:`fedaug.engine.schedule.sample_clients`); Poisson with the
+  clients without replacement (:func:`fedaug.engine.server.schedule.sample_clients`); Poisson with the
   same q is the usual approximation of that sampler (DP-FedAvg, McMahan et al. 2018), not an exact
   bound for it; with full participation (q = 1) there is no sampling and the bound is exact.
   Sample-level releases get no further amplification: FLea's shared subset is fixed per client,

@@ -12,8 +12,8 @@ import torch
 from fedaug.analysis.probe import global_model
 from fedaug.config.load import parse_config
 from fedaug.core.errors import CheckpointError, ConfigError, DataError
-from fedaug.engine.records import RunDir
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.run import build_simulation
 from fedaug.methods.component import Batch, ClientCtx, transform_inputs
 from fedaug.models.split import extract_features, split_stages
 from fedaug.report.results import Run

@@ -12,7 +12,7 @@ from typing import Any
 
 from fedaug.config.load import read_toml
 from fedaug.core.errors import ConfigError
-from fedaug.engine.records import CONFIG, SUMMARY, RunDir
+from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir
 from fedaug.report.grid import DEFAULT_SETTING
 from fedaug.report.incidents import run_incidents
 from fedaug.report.runner import GRID_FILE, IGNORED, cell_dir, find_run, flatten

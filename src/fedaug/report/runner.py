@@ -44,8 +44,8 @@ from fedaug.config.load import flatten, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
-from fedaug.engine.records import CONFIG, SUMMARY
-from fedaug.engine.simulate import resume_experiment, run_experiment
+from fedaug.engine.records.rundir import CONFIG, SUMMARY
+from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
 from fedaug.report.grid import GridSpec, slug
 

@@ -14,7 +14,7 @@ pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower e
 
 from fedaug.config.schema import validate  # noqa: E402
 from fedaug.engine.flower.inprocess import run_in_process  # noqa: E402
-from fedaug.engine.simulate import run_experiment  # noqa: E402
+from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.conftest import tiny_raw  # noqa: E402
 from tests.engine.flower.conftest import records  # noqa: E402
 

@@ -13,7 +13,7 @@ pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower e
 from fedaug.engine.flower.app import write_app  # noqa: E402
 from fedaug.engine.flower.local import Command, LoopbackTrial, free_port, running_members, stop  # noqa: E402
 from fedaug.engine.flower.tls import SuperNodeKeys, write_supernode_keys  # noqa: E402
-from fedaug.engine.simulate import run_experiment  # noqa: E402
+from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import flower_cfg, records  # noqa: E402
 
 pytestmark = pytest.mark.slow

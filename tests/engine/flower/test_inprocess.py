@@ -11,11 +11,11 @@ pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower e
 from flwr.app import ArrayRecord  # noqa: E402
 
 from fedaug.core.errors import FedaugError  # noqa: E402
-from fedaug.engine.fleet import METERS  # noqa: E402
+from fedaug.engine.protocol import METERS  # noqa: E402
 from fedaug.engine.flower.codec import PART  # noqa: E402
 from fedaug.engine.flower.client_app import make_client_app  # noqa: E402
 from fedaug.engine.flower.inprocess import partition_configs, run_in_process  # noqa: E402
-from fedaug.engine.simulate import run_experiment  # noqa: E402
+from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import METHODS, records  # noqa: E402
 
 

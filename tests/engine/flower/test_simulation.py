@@ -10,7 +10,7 @@ pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower e
 pytest.importorskip("ray", reason="Flower simulation needs Ray: pip install 'flwr[simulation]>=1.41,<1.43'")
 
 from fedaug.engine.flower.simulation import run_flower_simulation  # noqa: E402
-from fedaug.engine.simulate import run_experiment  # noqa: E402
+from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import records  # noqa: E402
 
 pytestmark = pytest.mark.slow

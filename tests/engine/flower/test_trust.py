@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from fedaug.config.schema import validate  # noqa: E402
 from fedaug.core.errors import FedaugError  # noqa: E402
 from fedaug.core.payload import TensorSpec  # noqa: E402
-from fedaug.engine.exchange import exchange  # noqa: E402
+from fedaug.engine.server.exchange import exchange  # noqa: E402
 from fedaug.engine.flower.client_app import METRICS, PHASE_TYPES, make_client_app  # noqa: E402
 from fedaug.engine.flower.codec import PART  # noqa: E402
 from fedaug.engine.flower.inprocess import run_in_process, server_identity, wire  # noqa: E402
 from fedaug.engine.flower.server_app import FlowerFleet, describe_problems  # noqa: E402
-from fedaug.engine.records import RunDir  # noqa: E402
+from fedaug.engine.records.rundir import RunDir  # noqa: E402
 from tests.engine.attacks import ATTACKS, attack_raw, finite  # noqa: E402
 from tests.engine.flower.conftest import records  # noqa: E402
 

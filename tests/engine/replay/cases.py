@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.schema import validate
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.recipe import METHODS
 from tests.conftest import tiny_raw
 

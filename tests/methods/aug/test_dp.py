@@ -13,8 +13,8 @@ import torch
 
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import Split
-from fedaug.engine.records import RunDir
-from fedaug.engine.simulate import build_simulation, run_experiment
+from fedaug.engine.records.rundir import RunDir
+from fedaug.engine.run import build_simulation, run_experiment
 from fedaug.layers.mixing import dataset_channel_stats, soft_labels
 from fedaug.methods import METHODS, ClientCtx
 from fedaug.methods.aug.fedfa import FedFA

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.aug.feddata import FedData
 from fedaug.methods.component import Batch
 from tests.methods.aug.inputs import make_ctx, tiny_cfg

@@ -14,7 +14,7 @@ import fedaug.layers
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.data.base import Split
-from fedaug.engine.simulate import Simulation, build_simulation
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.layers import kernel
 from fedaug.layers.attach import stage_channels
 from fedaug.methods import METHODS, ClientCtx, Uplink

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.aug.fedmix import FedMix, batch_means, fedmix_loss
 from fedaug.methods.component import Batch
 from fedaug.methods.recipe import build_recipe

@@ -11,7 +11,7 @@ import torch
 from scipy.stats import chisquare
 
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.layers.functional import normalize_channels
 from fedaug.methods.aug.fedrdn import FedRDN, client_stats, draw_pairs
 from fedaug.methods.aug.norm import Normalize

@@ -12,7 +12,7 @@ from scipy import stats
 from fedaug.analysis.probe import global_model
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.aug.flea import FLea
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, merge_buffer,
                                             mix_features, share_indices)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import Split
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.layers.attach import chains, check_chains
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.methods.aug.mixstyle import MixStyle

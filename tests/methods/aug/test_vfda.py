@@ -10,7 +10,7 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import Split
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods import METHODS, ClientCtx, Uplink
 from fedaug.methods.aug.vfda import VFDA, emd_momentum
 from fedaug.models import build_model

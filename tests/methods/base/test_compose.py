@@ -13,7 +13,7 @@ import torch
 from fedaug.config.schema import validate
 from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
-from fedaug.engine.simulate import Simulation
+from fedaug.engine.run import Simulation
 from fedaug.methods import METHODS
 from fedaug.methods._common import trainable
 from fedaug.methods.component import Batch, Component

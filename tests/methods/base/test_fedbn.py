@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedaug.config.schema import validate
-from fedaug.engine.simulate import build_simulation
+from fedaug.engine.run import build_simulation
 from fedaug.methods.base.fedbn import norm_layer_keys
 from fedaug.methods.component import ClientCtx
 from tests.conftest import tiny_raw

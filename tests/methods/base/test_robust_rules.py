@@ -15,7 +15,7 @@ from torch import nn
 from fedaug.config.schema import validate
 from fedaug.core.errors import AggregationError, ConfigError
 from fedaug.core.rng import generator
-from fedaug.engine.simulate import build_simulation, run_experiment
+from fedaug.engine.run import build_simulation, run_experiment
 from fedaug.methods.base.fedavg import FedAvg, clip_update
 from fedaug.methods.base.robust import Krum, Median, TrimmedMean
 from fedaug.methods.component import Uplink

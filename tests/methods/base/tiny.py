@@ -10,7 +10,7 @@ from torch import nn
 
 from fedaug.config.schema import TrainConfig
 from fedaug.data.base import Split
-from fedaug.engine.local import train_client
+from fedaug.engine.client.training import train_client
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.component import ClientCtx, Component
 from fedaug.methods.recipe import Recipe
@@ -64,7 +64,7 @@ def train_cfg(steps: int, **kw) -> TrainConfig:
 
 def run_client(recipe: Recipe, model: nn.Module, downlink: dict, state: dict | None = None, steps: int = 1,
                data: Split | None = None, client_id: int = 0, round: int = 1, num_classes: int = 2, **cfg):
-    """One client round through the engine's own loop; returns its :class:`~fedaug.engine.fleet.Reply`."""
+    """One client round through the engine's own loop; returns its :class:`~fedaug.engine.protocol.Reply`."""
     data = data if data is not None else split()
     ctx = ClientCtx(model, client_id, round, 0, data, lr=LR, task=make_task("classification", num_classes))
     return train_client(recipe, ctx, downlink, state or {}, train_cfg(steps, **cfg))

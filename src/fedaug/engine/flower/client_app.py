@@ -13,7 +13,7 @@ Each SuperNode is one logical client and names its data in its node config:
 
 Message types: ``query.describe`` (who am I, how much data) and one per phase of a round
 (:data:`PHASE_TYPES`: ``train``, ``query.after_aggregate``, ``evaluate``), each carrying the phase's
-parts and answered by the worker (:meth:`~fedaug.engine.worker.Worker.run`). Per-client state lives in ``context.state``
+parts and answered by the worker (:meth:`~fedaug.engine.client.worker.Worker.run`). Per-client state lives in ``context.state``
 (:mod:`fedaug.engine.flower.codec`): nothing needs to survive in Python between messages, as in a
 deployment, where each message runs in a fresh process.
 """
@@ -42,7 +42,7 @@ from fedaug.data.base import ClientData, FederatedData
 from fedaug.data.registry import DATASETS, load_dataset
 from fedaug.engine.flower.codec import drop_tree, get_parts, get_tree, has_tree, put_parts, put_tree
 from fedaug.engine.flower.settings import FlowerSettings
-from fedaug.engine.worker import Worker, build_worker_model
+from fedaug.engine.client.worker import Worker, build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.metrics.tasks import make_task

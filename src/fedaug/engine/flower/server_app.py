@@ -1,4 +1,4 @@
-"""The ServerApp: fedaug's server side (:class:`~fedaug.engine.server.Server`) over Flower's Grid.
+"""The ServerApp: fedaug's server side (:class:`~fedaug.engine.server.loop.Server`) over Flower's Grid.
 
 Flower's built-in strategies cannot carry fedaug's methods (they reject replies with more than one
 ArrayRecord, reuse one RecordDict for every client and sample node ids with unseeded global random
@@ -27,14 +27,14 @@ from fedaug.core.device import CPU, resolve_device, to_device
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
 from fedaug.core.runtime import configure_process
-from fedaug.engine.fleet import Dropped, Malformed, Reply
+from fedaug.engine.protocol import Dropped, Malformed, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
 from fedaug.engine.flower.codec import get_parts, put_parts, travelled_nbytes
 from fedaug.engine.flower.settings import FlowerSettings
-from fedaug.engine.progress import Progress
-from fedaug.engine.records import CONFIG, RunDir
-from fedaug.engine.server import Federation, Server
-from fedaug.engine.worker import build_worker_model
+from fedaug.engine.records.progress import Progress
+from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.server.loop import Federation, Server
+from fedaug.engine.client.worker import build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
@@ -156,7 +156,7 @@ def _claims(described: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
 
 
 class FlowerFleet:
-    """The clients behind Flower SuperNodes (see :class:`~fedaug.engine.fleet.Fleet`).
+    """The clients behind Flower SuperNodes (see :class:`~fedaug.engine.protocol.Fleet`).
 
     Args:
         grid: the ServerApp's Grid.

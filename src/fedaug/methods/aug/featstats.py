@@ -212,7 +212,7 @@ class FeatureStatsAug(Component, abc.ABC):
         up = {k: add_gaussian_noise(v, self.share_noise, g, scale=self.share_noise_scale) for k, v in up.items()}
         return up, self.client_state(self.layers)
 
-    # --- grouped training (fedaug.engine.grouped; offered by subclasses through group_blocker) -----
+    # --- grouped training (fedaug.engine.client.grouped; offered by subclasses through group_blocker) -----
     def group_capture(self, ctx: ClientCtx) -> State:
         """Each layer's running statistics and server quantities as :meth:`receive` set them ``(C,)``."""
         return {n: {k: getattr(layer, k).detach().clone() for k in LAYER_STATE} for n, layer in self.layers.items()}

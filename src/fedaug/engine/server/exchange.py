@@ -22,7 +22,7 @@ from typing import Any
 
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Against, Message, Spec, message_nbytes, part_nbytes, validate_part
-from fedaug.engine.fleet import RECORD_NAME, Dropped, Fleet, Malformed, Reply
+from fedaug.engine.protocol import RECORD_NAME, Dropped, Fleet, Malformed, Reply
 from fedaug.methods.component import Component, Phase, State
 
 #: how a phase's parts are named in rejection messages.

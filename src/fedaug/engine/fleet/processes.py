@@ -1,7 +1,7 @@
 """Clients on worker processes: the in-process engine's fleet for ``workers > 1`` (issue "Throughput").
 
 A :class:`ProcessFleet` runs each phase's clients on a pool of worker processes on this machine;
-each holds its own worker model (:func:`~fedaug.engine.worker.build_worker_model`), its torch
+each holds its own worker model (:func:`~fedaug.engine.client.worker.build_worker_model`), its torch
 threads set to ``cfg.threads``, and the federation's data in shared memory (one copy for all the
 workers, :func:`pack`). The server process keeps the client states and does validation, accounting
 and aggregation exactly as with one worker, and this fleet yields the answers in the order the
@@ -42,14 +42,17 @@ from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Message
 from fedaug.core.runtime import available_cores, configure_process, deterministic_algorithms
 from fedaug.data.base import ClientData, FederatedData, Split
-from fedaug.engine.fleet import Reply, StatesHere
-from fedaug.engine.local import num_local_steps
-from fedaug.engine.transport import Channel, remove_arenas
-from fedaug.methods.component import Phase
+from fedaug.engine.fleet.base import StatesHere
+from fedaug.engine.protocol import Reply
+from fedaug.engine.client.training import num_local_steps
+from fedaug.engine.client.worker import Worker, build_worker_model
+from fedaug.engine.fleet.transport import Channel, remove_arenas
+from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
 
-SPLITS = ("train", "val", "test")
+#: the splits of every client that a pool packs into shared memory
+PACKED_SPLITS = ("train", "val", "test")
 
 
 class WorkerDied(FedaugError):
@@ -78,7 +81,7 @@ class Packed:
         out = []
         for k, rows in enumerate(self.bounds):
             splits = {s: Split(self.tensors[f"{s}.x"][slice(*rows[s])], self.tensors[f"{s}.y"][slice(*rows[s])])
-                      for s in SPLITS}
+                      for s in PACKED_SPLITS}
             out.append(ClientData(self.names[k], self.groups[k], **splits))
         return out
 
@@ -87,7 +90,7 @@ def pack(data: FederatedData) -> Packed:
     """The clients' splits in shared memory (:class:`Packed`)."""
     tensors: dict[str, Tensor] = {}
     bounds: list[dict[str, tuple[int, int]]] = [{} for _ in data.clients]
-    for s in SPLITS:
+    for s in PACKED_SPLITS:
         splits = [getattr(c, s) for c in data.clients]
         start = 0
         for k, sp in enumerate(splits):
@@ -106,6 +109,41 @@ def expected_cost(phase: Phase, client: ClientData, train: TrainConfig) -> int:
     if phase == "query":
         return len(client.train)
     return len(client.val) + len(client.test)
+
+
+@dataclass(frozen=True)
+class Task:
+    """The server's request to a worker process: run ``phase`` of round ``round`` on ``client``."""
+
+    phase: Phase
+    client: int
+    round: int
+    lr: float
+    message: Message
+    state: dict[str, State]
+
+
+@dataclass(frozen=True)
+class NewPhase:
+    """The server's note to a worker process that a phase begins: forget the last phase's tensors."""
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A worker process's answer to a :class:`Task`: the client's reply."""
+
+    client: int
+    reply: Reply
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A worker process's answer to a :class:`Task` that raised: the exception where it can travel
+    (``None`` where it cannot be pickled) and its traceback."""
+
+    client: int
+    error: BaseException | None
+    traceback: str
 
 
 @dataclass(frozen=True)
@@ -144,28 +182,26 @@ def _answer_tasks(channel: Channel, setup: _Setup) -> None:
             failure = (_picklable(exc), traceback.format_exc())
         while True:
             try:
-                task = channel.recv()
+                task: Task | NewPhase = channel.recv()
             except EOFError:
                 return
-            if task is None:  # a new phase: forget the tensors of the last one
+            if isinstance(task, NewPhase):
                 channel.reset()
                 continue
-            phase, cid, r, lr, message, state = task
+            answer: Answered | Failed
             try:
                 if failure is not None:
-                    answer: tuple[Any, ...] = ("error", cid, *failure)
+                    answer = Failed(task.client, *failure)
                 else:
-                    reply = worker.run(phase, cid, r, lr, clients[cid], message, state)
-                    answer = ("ok", cid, reply.message, reply.metrics, reply.state)
+                    answer = Answered(task.client, worker.run(task.phase, task.client, task.round, task.lr,
+                                                              clients[task.client], task.message, task.state))
             except Exception as exc:  # noqa: BLE001 - raised again in the server process
-                answer = ("error", cid, _picklable(exc), traceback.format_exc())
+                answer = Failed(task.client, _picklable(exc), traceback.format_exc())
             channel.send(answer, remember=False)
 
 
-def _build(cfg: RunConfig, setup: _Setup) -> tuple[Any, list[ClientData]]:
-    """A worker process's :class:`~fedaug.engine.worker.Worker` and clients, on its device."""
-    from fedaug.engine.worker import Worker, build_worker_model  # here: the engine imports this module
-
+def _build(cfg: RunConfig, setup: _Setup) -> tuple[Worker, list[ClientData]]:
+    """A worker process's :class:`~fedaug.engine.client.worker.Worker` and clients, on its device."""
     recipe: Recipe = pickle.loads(setup.recipe)
     device = torch.device(setup.device)
     clients = setup.data.clients()
@@ -263,7 +299,7 @@ class ProcessFleet(StatesHere):
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
         pool = self._start()
         for w in pool:
-            w.channel.send(None)
+            w.channel.send(NewPhase())
             w.channel.reset()
         ids = list(client_ids)
         queue = deque(sorted(ids, key=lambda cid: -expected_cost(phase, self.clients[cid], self.cfg.train)))
@@ -274,7 +310,8 @@ class ProcessFleet(StatesHere):
                 for w in pool:
                     if w.client is None and queue:
                         w.client = queue.popleft()
-                        w.channel.send((phase, w.client, r, lr, message(w.client), self.client_states.get(w.client, {})))
+                        w.channel.send(Task(phase, w.client, r, lr, message(w.client),
+                                            self.client_states.get(w.client, {})))
                 for conn in wait([w.channel.conn for w in pool if w.client is not None]):
                     w = next(p for p in pool if p.channel.conn is conn)
                     done[w.client] = self._answer(w, phase, r)
@@ -304,13 +341,13 @@ class ProcessFleet(StatesHere):
             raise WorkerDied(f"round {r}: worker process {w.process.name} (pid {w.process.pid}, {w.device}) died "
                              f"while it ran client {w.client} ({phase}): {how}. The run stops here; its records and "
                              "checkpoints so far are intact: continue it with 'fedaug resume <run dir>'") from None
-        if answer[0] == "error":
-            _, cid, exc, text = answer
-            if exc is not None:
-                raise exc
-            raise FedaugError(f"round {r}: client {cid} ({phase}) failed in worker process {w.process.name}:\n{text}")
-        _, cid, msg, metrics, state = answer
-        return Reply(to_device(msg, self.device), metrics, to_device(state, self.device))
+        if isinstance(answer, Failed):
+            if answer.error is not None:
+                raise answer.error
+            raise FedaugError(f"round {r}: client {answer.client} ({phase}) failed in worker process "
+                              f"{w.process.name}:\n{answer.traceback}")
+        reply = answer.reply
+        return Reply(to_device(reply.message, self.device), reply.metrics, to_device(reply.state, self.device))
 
 
 def _context() -> multiprocessing.context.BaseContext:

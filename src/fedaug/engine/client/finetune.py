@@ -6,9 +6,9 @@ The evaluation message then carries, beside the evaluation parts, every training
 *training* downlink under ``finetune/<name>`` (:func:`finetune_senders`), so that fine-tuning
 receives exactly what a training round would (the global weights, FedFA's statistics, FLea's
 buffer, SCAFFOLD's controls). On the client (:func:`finetune_meters`) the method's one local loop
-(:func:`~fedaug.engine.local.train_client`) runs ``k`` steps from the client's per-client state with
+(:func:`~fedaug.engine.client.training.train_client`) runs ``k`` steps from the client's per-client state with
 the learning rate of the evaluated round; its uplink and new state are dropped. The fine-tuned model
-is then evaluated by :func:`~fedaug.engine.evaluate.evaluate_client` without the server rule
+is then evaluated by :func:`~fedaug.engine.client.evaluate.evaluate_client` without the server rule
 reloading the global weights (the other components receive their evaluation parts as usual, e.g.
 FedRDN's statistics). Fine-tuning draws the random streams of the evaluated round's training
 (seed, round, client, component, purpose), so it is as deterministic as the run.
@@ -18,47 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
-from fedaug.config.schema import RunConfig
+from fedaug.config.schema import RunConfig, learning_rate
 from fedaug.core.payload import Message, Part, Spec, validate_part
 from fedaug.data.base import ClientData
-from fedaug.engine.evaluate import FINETUNED, evaluate_client
-from fedaug.engine.fleet import METERS, Reply
-from fedaug.engine.local import train_client
-from fedaug.engine.schedule import learning_rate
-from fedaug.methods.component import ClientCtx, Component, Phase, State
+from fedaug.engine.client.evaluate import evaluate_client
+from fedaug.engine.protocol import FINETUNE_PREFIX, FINETUNED, METERS, Reply
+from fedaug.engine.client.training import train_client
+from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import Recipe
-
-#: the prefix of a training downlink part inside an evaluation message
-PREFIX = "finetune/"
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingSender:
-    """A component as a sender of its *training* downlink in the evaluation phase, under the name
-    ``finetune/<name>`` (what :func:`~fedaug.engine.exchange.exchange` needs of a sender)."""
-
-    component: Component
-
-    @property
-    def name(self) -> str:
-        return PREFIX + self.component.name
-
-    def downlink(self, server: State, client_id: int, phase: Phase = "evaluate") -> Part:
-        return self.component.downlink(server, client_id, "train")
-
-
-def finetune_senders(recipe: Recipe, server: Mapping[str, State]) -> tuple[list[Any], dict[str, State]]:
-    """The extra senders of a fine-tuning evaluation and the server states they read.
-
-    Returns:
-        ``(senders, states)``: one :class:`TrainingSender` per training participant, and
-        ``{"finetune/<name>": server[name]}``.
-    """
-    senders = [TrainingSender(c) for c in recipe.participants("train")]
-    return senders, {s.name: server[s.component.name] for s in senders}
-
 
 def finetune_meters(recipe: Recipe, ctx: ClientCtx, client: ClientData, message: Message,
                     state: Mapping[str, State], cfg: RunConfig, down_specs: Mapping[str, Spec]) -> Part:
@@ -74,17 +42,17 @@ def finetune_meters(recipe: Recipe, ctx: ClientCtx, client: ClientData, message:
         down_specs: ``{component name: spec}`` of the training downlink, checked before use.
 
     Returns:
-        The fine-tuned model's meters (:func:`~fedaug.engine.evaluate.meters_part` keys) under
-        :data:`~fedaug.engine.evaluate.FINETUNED`.
+        The fine-tuned model's meters (:func:`~fedaug.engine.client.evaluate.meters_part` keys) under
+        :data:`~fedaug.engine.client.evaluate.FINETUNED`.
 
     Raises:
         PayloadError: a ``finetune/<name>`` part is missing or fails its spec.
     """
     downlink = {}
     for name, spec in down_specs.items():
-        part = message.get(PREFIX + name)
+        part = message.get(FINETUNE_PREFIX + name)
         validate_part(part, spec, f"round {ctx.round}: fine-tuning downlink to client {ctx.client_id}, "
-                                  f"part '{PREFIX + name}'")
+                                  f"part '{FINETUNE_PREFIX + name}'")
         downlink[name] = part
     train_ctx = dataclasses.replace(ctx, phase="train", data=client.train, lr=learning_rate(cfg.train, ctx.round),
                                     _streams={})  # fresh streams, as the round's training had

@@ -39,8 +39,8 @@ from typing import Any
 from fedaug.config.schema import TrustConfig
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.payload import distance
-from fedaug.engine.exchange import PhaseResult
-from fedaug.engine.fleet import METERS, Reply
+from fedaug.engine.server.exchange import PhaseResult
+from fedaug.engine.protocol import METERS, Reply
 from fedaug.methods.component import Component, State
 from fedaug.methods.recipe import Recipe
 from fedaug.privacy.clip import clip_update, update_entries

@@ -1,7 +1,7 @@
 """Attack scenarios: what the clients that ``[attack]`` names do to their uploads (docs/engine.md,
 "Attack scenarios").
 
-An attack runs on the client side, in :meth:`fedaug.engine.worker.Worker.run`, so the same code runs
+An attack runs on the client side, in :meth:`fedaug.engine.client.worker.Worker.run`, so the same code runs
 in the in-process engine and on a Flower SuperNode whose partition id is an attacker: a label flip
 changes the training split before the phase, every other kind rewrites parts of the phase's reply
 after it (training and the post-aggregation query; evaluation replies are never changed). Parts
@@ -47,7 +47,7 @@ from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.payload import Message, Part
 from fedaug.core.rng import generator
 from fedaug.data.base import Split
-from fedaug.engine.fleet import Reply
+from fedaug.engine.protocol import Reply
 from fedaug.methods.component import Phase
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import Task

@@ -1,4 +1,4 @@
-"""Nests of tensors between the server process and a worker process (:mod:`fedaug.engine.pool`): the
+"""Nests of tensors between the server process and a worker process (:mod:`fedaug.engine.fleet.processes`): the
 structure pickled over a :class:`multiprocessing.connection.Connection`, the tensors' bytes through
 a shared-memory arena (a file in ``/dev/shm``, mapped by both processes).
 

@@ -5,8 +5,8 @@ phases, each the same exchange (:func:`~fedaug.engine.exchange.exchange`: a fres
 client, validated and counted replies): training, whose replies every component aggregates over
 the accepted clients sorted by client id; the post-aggregation query, when a component replies in
 it; and, every ``eval.every`` rounds, evaluation; then it records the round. The clients
-are reached through a :class:`~fedaug.engine.fleet.Fleet`: the in-process engine
-(:mod:`fedaug.engine.simulate`) and the Flower adapter (:mod:`fedaug.engine.flower`) both run this
+are reached through a :class:`~fedaug.engine.protocol.Fleet`: the in-process engine
+(:mod:`fedaug.engine.run`) and the Flower adapter (:mod:`fedaug.engine.flower`) both run this
 code, so the same config and seed give the same numbers on either (DESIGN.md invariant 1).
 """
 
@@ -23,23 +23,23 @@ from typing import Any
 from torch import nn
 
 from fedaug.config.load import parse_config
-from fedaug.config.schema import RunConfig
+from fedaug.config.schema import RunConfig, learning_rate
 from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
 from fedaug.core.payload import tensor_leaves, value_extremes
 from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
-from fedaug.engine.attack import check_attack
-from fedaug.engine.evaluate import FINETUNED, meters_of, meters_spec, summarize_eval
-from fedaug.engine.exchange import PhaseResult, exchange
-from fedaug.engine.finetune import finetune_senders
-from fedaug.engine.fleet import METERS, Fleet
-from fedaug.engine.progress import Progress
-from fedaug.engine.records import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
-from fedaug.engine.tracking import Tracker
-from fedaug.engine.schedule import clients_per_round, learning_rate, sample_clients
-from fedaug.engine.screen import check_trust, screen_updates
+from fedaug.engine.client.attack import check_attack
+from fedaug.engine.server.evaluation import meters_of, meters_spec, summarize_eval
+from fedaug.engine.server.exchange import PhaseResult, exchange
+from fedaug.engine.server.finetune import finetune_senders
+from fedaug.engine.protocol import FINETUNED, METERS, Fleet
+from fedaug.engine.records.progress import Progress
+from fedaug.engine.records.rundir import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
+from fedaug.engine.records.tracking import Tracker
+from fedaug.engine.server.schedule import clients_per_round, sample_clients
+from fedaug.engine.server.screening import check_trust, screen_updates
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.recipe import Recipe
 from fedaug.metrics.tasks import make_task
@@ -128,7 +128,7 @@ class Server:
     Args:
         cfg: the validated run configuration.
         recipe: the method (its server-side hooks run here).
-        model: a freshly built model (:func:`~fedaug.engine.worker.build_worker_model`) for the
+        model: a freshly built model (:func:`~fedaug.engine.client.worker.build_worker_model`) for the
             initial server state.
         federation: the clients as the server knows them.
         fleet: reaches the clients.
@@ -139,7 +139,7 @@ class Server:
 
     Raises:
         ConfigError: the config cannot run on these clients (:meth:`Federation.check`,
-            :func:`~fedaug.engine.attack.check_attack`).
+            :func:`~fedaug.engine.client.attack.check_attack`).
     """
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, federation: Federation,
@@ -166,7 +166,7 @@ class Server:
     def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
         """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`); an
         evaluation with ``eval.finetune_steps`` also sends the training downlinks
-        (:func:`~fedaug.engine.finetune.finetune_senders`) and expects the fine-tuned meters."""
+        (:func:`~fedaug.engine.client.finetune.finetune_senders`) and expects the fine-tuned meters."""
         senders: list[Any] = list(self.recipe.participants(phase))
         server = self.server
         if phase == "evaluate":
@@ -211,7 +211,7 @@ class Server:
         post-aggregation query if a component replies in it; return the round record. Clients that
         err or time out are recorded under ``dropped``, failed replies under ``rejected`` (with the
         training uploads screened against the round's update norms first, recorded under
-        ``updates``: :func:`~fedaug.engine.screen.screen_updates`). With fewer than
+        ``updates``: :func:`~fedaug.engine.server.screening.screen_updates`). With fewer than
         ``train.min_clients`` valid training replies the round keeps the previous global state
         (``aggregate``: ``kept``) or, with ``train.on_empty_round = "stop"``, the run stops with the
         reasons. A round in which sampled clients attack (``[attack]``) says so under ``attack``.
@@ -284,7 +284,7 @@ class Server:
         :func:`summarize_eval`): the same exchange as training, its traffic under ``comm``;
         clients that drop out or whose reply fails its check are listed under ``dropped`` and
         ``rejected``. With ``eval.finetune_steps``, the fine-tuned models' figures are under
-        ``finetuned`` (:mod:`fedaug.engine.finetune`)."""
+        ``finetuned`` (:mod:`fedaug.engine.client.finetune`)."""
         ids = list(range(self.federation.num_clients)) if client_ids is None else sorted(client_ids)
         result = self._exchange("evaluate", self.round, 0.0, ids)
         meters, tuned, rejected = {}, {}, list(result.rejected)

@@ -8,7 +8,7 @@ weights into them in place), a local optimiser whose state is zeroed in place fo
 (:func:`reset_optimizer_state_`), a copy of the components' per-client tensors
 (:meth:`~fedaug.methods.component.Component.group_capture`, copied in for each client:
 :func:`copy_state_`), each graph's input batch, and the sums of the loss and its terms. One step
-is what one client of a group computes (:mod:`fedaug.engine.grouped`, without ``vmap``): the forward
+is what one client of a group computes (:mod:`fedaug.engine.client.grouped`, without ``vmap``): the forward
 pass, the task loss and every component's loss terms (``group_loss_terms``), backward, every
 component's ``group_before_step`` (SCAFFOLD's correction), the optimiser's step, the sums. It is
 captured once per batch shape and learning rate (:func:`graph_key`: a last partial batch, a client
@@ -38,8 +38,8 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
-from fedaug.engine.grouped import client_loss, component_blocker, group_blockers, optimizer_step
-from fedaug.engine.local import make_optimizer
+from fedaug.engine.client.grouped import client_loss, component_blocker, group_blockers, optimizer_step
+from fedaug.engine.client.training import make_optimizer
 from fedaug.methods._common import trainable
 from fedaug.methods.component import ClientCtx, Component, State
 from fedaug.methods.recipe import Recipe, overrides
@@ -93,7 +93,7 @@ class CudaGraphs:
 
 def graph_blocker(c: Component) -> str:
     """Why ``c``'s client steps cannot be captured (``""``: they can): why it cannot train grouped
-    (:func:`~fedaug.engine.grouped.component_blocker`), or that it draws random numbers in every step
+    (:func:`~fedaug.engine.client.grouped.component_blocker`), or that it draws random numbers in every step
     (its ``group_inputs``: not captured yet)."""
     if why := component_blocker(c):
         return why
@@ -189,7 +189,7 @@ class Graphed:
 
 
 class GraphedSteps:
-    """A worker's local steps by captured graphs (:data:`~fedaug.engine.local.LocalSteps`, module docstring).
+    """A worker's local steps by captured graphs (:data:`~fedaug.engine.client.training.LocalSteps`, module docstring).
 
     Args:
         recipe: the method; :func:`graph_blockers` finds nothing.

@@ -3,7 +3,7 @@
 FLea (KDD 2024, Alg. 1 lines 14-18) has the clients that just trained receive the aggregated model
 theta(t+1), compute something with it (their shared features) and upload it, within the same round.
 The phase is generic: the server runs it when a component that takes part in ``"query"`` declares
-a non-empty query uplink spec (:meth:`~fedaug.engine.server.Server.run_round`), and it names no
+a non-empty query uplink spec (:meth:`~fedaug.engine.server.loop.Server.run_round`), and it names no
 method. On the client, every component that takes part receives its part (the server rule: the new
 weights, loaded with the client's own per-client state, e.g. local BatchNorm), then, in eval mode and
 without gradients, replies. Randomness comes from ``ctx.rng`` as everywhere else, so the result does
@@ -18,7 +18,7 @@ import torch
 
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
-from fedaug.engine.fleet import Reply
+from fedaug.engine.protocol import Reply
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import Recipe
 

@@ -1,7 +1,7 @@
 """How the server reaches the clients: the :class:`Fleet` interface, a client's :class:`Reply` and
 the record of a drop-out.
 
-The server side of a round (:mod:`fedaug.engine.server`) never runs a client itself; it hands each
+The server side of a round (:mod:`fedaug.engine.server.loop`) never runs a client itself; it hands each
 phase (train, query, evaluate: :data:`~fedaug.methods.component.PHASES`) to a fleet, which runs the
 clients wherever they are and yields one answer per client. The in-process engine's fleet runs
 them on a worker model in this process; the Flower adapter's fleet sends Flower messages to
@@ -11,15 +11,24 @@ with the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from fedaug.core.payload import Message, state_nbytes
+import torch
+
+from fedaug.core.payload import Message, Part
 from fedaug.methods.component import Phase, State
+from fedaug.metrics.tasks import Meter
 
 #: the name of the engine's own part of an evaluation reply: the client's meters (never a component's name).
 METERS = "meters"
+#: the splits every client evaluates, in the order of an evaluation reply's meters part
+EVAL_SPLITS = ("val", "test")
+#: the key prefix of the fine-tuned model's meters in an evaluation reply (``eval.finetune_steps``)
+FINETUNED = "finetuned."
+#: the prefix of a training downlink part inside an evaluation message (``eval.finetune_steps``)
+FINETUNE_PREFIX = "finetune/"
 #: how a phase is named in round records (the query keeps the name of its record entry).
 RECORD_NAME: dict[Phase, str] = {"train": "train", "query": "after_aggregate", "evaluate": "evaluate"}
 
@@ -94,28 +103,14 @@ class Fleet(Protocol):
         ...
 
 
-class StatesHere:
-    """The per-client states of a fleet whose clients run from this process (one worker here, or worker
-    processes it feeds): kept here between rounds, checkpointed with the server (invariant 2)."""
-
-    def __init__(self) -> None:
-        self.client_states: dict[int, dict[str, State]] = {}
-
-    def keep(self, client_id: int, reply: Reply) -> None:
-        """Keep a training reply's new state (whatever the server makes of the upload)."""
-        if reply.state:
-            self.client_states[client_id] = reply.state
-        else:
-            self.client_states.pop(client_id, None)
-
-    def state_bytes(self) -> dict[int, int]:
-        return {cid: state_nbytes(st) for cid, st in self.client_states.items()}
-
-    def checkpoint(self) -> dict[int, dict[str, State]]:
-        return self.client_states
-
-    def restore(self, states: dict[int, dict[str, State]]) -> None:
-        self.client_states = states
-
-    def close(self) -> None:
-        """Release what the fleet holds beyond the states (worker processes); nothing by default."""
+def meters_part(meters: Mapping[str, Meter]) -> Part:
+    """``{"<split>.<count>": tensor}`` from each split's :meth:`Meter.state`: floats as float64 and
+    integers as int64 0-d tensors, tensors as they are (exact round trip, :func:`meters_of`)."""
+    out = {}
+    for split, meter in meters.items():
+        for key, value in meter.state().items():
+            if isinstance(value, torch.Tensor):
+                out[f"{split}.{key}"] = value
+            else:
+                out[f"{split}.{key}"] = torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float64)
+    return out

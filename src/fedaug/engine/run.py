@@ -6,99 +6,33 @@ result does not depend on the order in which clients are trained (invariant 1); 
 is validated and its bytes counted (invariants 3 and 5); checkpoints make resumed runs exact (6).
 Nothing here changes process-wide state (torch's thread count, the allocator): a process entry
 point opts in with :func:`fedaug.core.runtime.configure_process` (the CLI does).
-The round itself is the server's (:class:`~fedaug.engine.server.Server`), shared with the Flower
+The round itself is the server's (:class:`~fedaug.engine.server.loop.Server`), shared with the Flower
 adapter; this module supplies the clients: an :class:`InProcessFleet` over the dataset in memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig, validate
-from fedaug.core.device import check_fits, resolve_device
+from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError
-from fedaug.core.payload import Message
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
-from fedaug.engine.fleet import Reply, StatesHere
-from fedaug.engine.grouped import group_size, plan_groups
-from fedaug.engine.local import batch_sizes
-from fedaug.engine.pool import ProcessFleet, WorkerDied
-from fedaug.engine.progress import Progress
-from fedaug.engine.records import CONFIG, RunDir
-from fedaug.engine.server import Federation, Server
-from fedaug.engine.tracking import Tracker, check_tracking
-from fedaug.engine.worker import Worker, build_worker_model
-from fedaug.methods.component import Phase, State
+from fedaug.engine.fleet.inprocess import InProcessFleet, Order
+from fedaug.engine.fleet.processes import ProcessFleet, WorkerDied
+from fedaug.engine.records.progress import Progress
+from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.server.loop import Federation, Server
+from fedaug.engine.records.tracking import Tracker, check_tracking
+from fedaug.engine.client.worker import Worker, build_worker_model
+from fedaug.methods.component import State
 from fedaug.methods.recipe import Recipe, build_recipe
 from fedaug.methods.recorded import check_resume, pin
 from fedaug.metrics.tasks import make_task
-
-Order = Callable[[list[int]], list[int]]
-
-
-class InProcessFleet(StatesHere):
-    """Every client of a dataset held in this process, trained in turn on one :class:`Worker`.
-
-    Args:
-        worker: the worker (one model for all clients).
-        data: the federated dataset.
-        execution_order: permutes the client ids of a phase before running them (tests use it to
-            show that the order does not matter); default: ascending ids.
-        on_device: keep every client's data on the worker's device for the whole run
-            (``data.on_device``); else it stays on the host (in pinned memory for a CUDA worker)
-            and the worker copies a client's splits to the device when it runs it. On the CPU
-            both are the same.
-
-    Raises:
-        ConfigError: ``on_device`` and the data's bytes exceed the device's free memory
-            (:func:`~fedaug.core.device.check_fits`, naming the estimate).
-    """
-
-    def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
-                 on_device: bool = False) -> None:
-        super().__init__()
-        self.worker, self.data = worker, data
-        device = worker.device
-        if on_device:
-            check_fits(sum(c.nbytes for c in data.clients), device, "data.on_device=true (every client's splits)")
-            self.clients = [c.to(device) for c in data.clients]
-        elif device.type == "cuda":
-            self.clients = [c.pin_memory() for c in data.clients]
-        else:
-            self.clients = list(data.clients)
-        self.order = execution_order or (lambda ids: ids)
-        #: clients trained at once (train.group_clients, or 1 with a notice where the method cannot group)
-        self.group_size = group_size(worker.cfg.train.group_clients, worker.recipe, worker.model)
-
-    def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
-            message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
-        if phase == "train" and self.group_size > 1:
-            yield from self._train_groups(r, lr, client_ids, message)
-            return
-        ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
-        for cid in ids:
-            reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
-                                    self.client_states.get(cid, {}))
-            if phase == "train":
-                self.keep(cid, reply)
-            yield cid, reply
-
-
-    def _train_groups(self, r: int, lr: float, client_ids: Sequence[int],
-                      message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
-        """The training phase in groups of clients with one batch schedule (:func:`plan_groups`; the
-        groups do not depend on ``execution_order``), each trained at once (:meth:`Worker.train_group`)."""
-        cfg = self.worker.cfg.train
-        schedules = {cid: batch_sizes(len(self.clients[cid].train), cfg) for cid in client_ids}
-        for group in plan_groups(schedules, self.group_size):
-            jobs = [(cid, self.clients[cid], message(cid), self.client_states.get(cid, {})) for cid in group]
-            for cid, reply in zip(group, self.worker.train_group(r, lr, jobs)):
-                self.keep(cid, reply)
-                yield cid, reply
 
 
 class Simulation(Server):
@@ -190,7 +124,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
     ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`), tracked
-    where ``[log]`` asks (:class:`~fedaug.engine.tracking.Tracker`, with ``tags``)."""
+    where ``[log]`` asks (:class:`~fedaug.engine.records.tracking.Tracker`, with ``tags``)."""
     cfg = pin(cfg)
     check_tracking(cfg)
     sim = build_simulation(cfg, execution_order)
@@ -215,8 +149,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             ``workers``); the numbers are the same.
         from_round: continue from the checkpoint of this round instead of the newest (0: from
             scratch); later checkpoints are deleted and later records moved aside
-            (:meth:`~fedaug.engine.records.RunDir.rewind`), e.g. to go back before a poisoned round.
-        tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.tracking.Tracker`);
+            (:meth:`~fedaug.engine.records.rundir.RunDir.rewind`), e.g. to go back before a poisoned round.
+        tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.records.tracking.Tracker`);
             a tracked run continues its own MLflow run.
 
     Raises:

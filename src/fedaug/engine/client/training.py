@@ -20,12 +20,12 @@ from fedaug.core.device import autocast, grad_scaler
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
-from fedaug.engine.fleet import Reply
+from fedaug.engine.protocol import Reply
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
 
-#: what takes a client's local steps instead of the eager loop (:class:`~fedaug.engine.graphed.GraphedSteps`):
+#: what takes a client's local steps instead of the eager loop (:class:`~fedaug.engine.client.graphed.GraphedSteps`):
 #: called with the engine's context, the components' views and the batches' index tensors, after every
 #: component's ``receive``; returns the sum of the steps' total losses and the sums of each loss term
 LocalSteps = Callable[[ClientCtx, dict[str, ClientCtx], list[Tensor]], tuple[Tensor, dict[str, Tensor]]]
@@ -93,7 +93,7 @@ def _batches_per_epoch(n: int, cfg: TrainConfig) -> tuple[int, int]:
 def batch_sizes(n: int, cfg: TrainConfig) -> tuple[int, ...]:
     """The sizes of the round's mini-batches of a client with ``n`` training samples, in order: those of
     :func:`batch_indices`, known without drawing (clients with equal sizes can train as a group,
-    :mod:`fedaug.engine.grouped`)."""
+    :mod:`fedaug.engine.client.grouped`)."""
     bs, per_epoch = _batches_per_epoch(n, cfg)
     epoch = [min(bs, n - i * bs) for i in range(per_epoch)]
     want = num_local_steps(n, cfg)
@@ -135,11 +135,11 @@ def train_client(
         state: the client's per-client state ``{component name: state}``, on ``ctx.device``.
         cfg: local training options.
         precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (:mod:`fedaug.core.device`); with
-            ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.worker.Worker`
+            ``"16-mixed"`` no component may replace the step (:class:`~fedaug.engine.client.worker.Worker`
             refuses it).
         optimizers: the worker's :class:`LocalOptimizer` (default: a new one, for this client alone).
         local_steps: what takes the steps (:data:`LocalSteps`; ``train.cuda_graph``,
-            :mod:`fedaug.engine.graphed`); default: :func:`eager_steps`.
+            :mod:`fedaug.engine.client.graphed`); default: :func:`eager_steps`.
 
     Returns:
         The uplink message, the training metrics and the client's new per-client state.

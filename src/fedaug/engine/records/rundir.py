@@ -1,7 +1,7 @@
 """The run directory: resolved config, per-round JSON Lines, checkpoints, summary and report.
 
 One process at a time writes a run directory: :meth:`RunDir.start` and ``RunDir.open(path,
-write=True)`` take its :class:`~fedaug.engine.runlock.RunLock` (released by :meth:`RunDir.close`,
+write=True)`` take its :class:`~fedaug.engine.records.runlock.RunLock` (released by :meth:`RunDir.close`,
 at the end of a ``with`` block, when the object is collected, or when the process ends) and clear
 the temporary files a killed writer left. Readers (reports, ``fedaug compare``) take no lock.
 """
@@ -26,7 +26,7 @@ from fedaug.config.schema import RunConfig
 from fedaug.core.errors import CheckpointError, FedaugError, StorageError
 from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
                                    save_tensors, to_json)
-from fedaug.engine.runlock import RunLock
+from fedaug.engine.records.runlock import RunLock
 
 CONFIG, METRICS, SUMMARY, REPORT, CKPT_DIR = "config.toml", "metrics.jsonl", "summary.json", "report.md", "checkpoints"
 #: the per-round records of an archived run (:mod:`fedaug.report.archive`): ``metrics.jsonl`` gzipped
@@ -34,7 +34,7 @@ METRICS_GZ = METRICS + ".gz"
 #: where a resume keeps the ``metrics.jsonl`` lines it does not carry on (one JSON object per line)
 ASIDE = "metrics.aside.jsonl"
 _CKPT = re.compile(r"round_(\d{6})\.pt$")
-#: the layout version of a checkpoint (:meth:`fedaug.engine.server.Server.checkpoint`) and the keys it holds
+#: the layout version of a checkpoint (:meth:`fedaug.engine.server.loop.Server.checkpoint`) and the keys it holds
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_KEYS = ("format", "round", "config", "server", "clients", "best", "last_eval", "comm_total")
 
@@ -179,7 +179,7 @@ class RunDir:
 
     # --- the writer lock ----------------------------------------------------------------------
     def lock(self) -> "RunDir":
-        """Take the directory's writer lock (:class:`~fedaug.engine.runlock.RunLock`), then delete
+        """Take the directory's writer lock (:class:`~fedaug.engine.records.runlock.RunLock`), then delete
         the temporary files a killed writer left here and in ``checkpoints/``.
 
         Raises:

@@ -9,12 +9,12 @@ client's gradients in the stacked ``.grad`` (the clients are independent, so the
 of their losses is theirs), and ``torch.optim``'s own SGD or Adam steps the stacked parameters (their
 updates are elementwise, so each client's is exactly its own). BatchNorm running statistics update
 in place per client (their stacked buffers are batched inputs). Each client shuffles with its own
-generator exactly as :func:`~fedaug.engine.local.batch_indices` does, and a component draws its
+generator exactly as :func:`~fedaug.engine.client.training.batch_indices` does, and a component draws its
 per-step random numbers from the client's own streams outside the batched function
 (:meth:`~fedaug.methods.component.Component.group_inputs`), in the one-at-a-time order.
 
-Clients group only when their batch schedules match (:func:`~fedaug.engine.local.batch_sizes`);
-a client left alone trains by :func:`~fedaug.engine.local.train_client`. The results equal
+Clients group only when their batch schedules match (:func:`~fedaug.engine.client.training.batch_sizes`);
+a client left alone trains by :func:`~fedaug.engine.client.training.train_client`. The results equal
 one-at-a-time training up to float rounding (batched kernels round differently; docs/engine.md,
 "Grouped clients", states the tolerance the tests hold). A recipe runs grouped only when every
 component has grouped forms of the client hooks it overrides (:func:`group_blockers`); otherwise
@@ -35,8 +35,8 @@ from torch.func import functional_call, vmap
 from fedaug.config.schema import TrainConfig
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
-from fedaug.engine.fleet import Reply
-from fedaug.engine.local import batch_indices, batch_sizes, component_views, make_optimizer, train_metrics
+from fedaug.engine.protocol import Reply
+from fedaug.engine.client.training import batch_indices, batch_sizes, component_views, make_optimizer, train_metrics
 from fedaug.methods._common import load_entries
 from fedaug.methods.component import ClientCtx, Component, State
 from fedaug.methods.recipe import Recipe, overrides
@@ -69,7 +69,7 @@ def component_blocker(c: Component) -> str:
 def group_blockers(recipe: Recipe, model: nn.Module,
                    blocker: Callable[[Component], str] = component_blocker) -> list[str]:
     """What keeps ``recipe`` on ``model`` from training grouped, one entry per component that ``blocker``
-    gives a reason for (:func:`component_blocker`; CUDA graphs: :func:`~fedaug.engine.graphed.graph_blocker`)
+    gives a reason for (:func:`component_blocker`; CUDA graphs: :func:`~fedaug.engine.client.graphed.graph_blocker`)
     and one for a model with dropout (empty: nothing)."""
     out = [f"'{c.name}' ({why})" for c in recipe.components if (why := blocker(c))]
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
@@ -92,7 +92,7 @@ def group_size(group_clients: int, recipe: Recipe, model: nn.Module) -> int:
 
 def plan_groups(schedules: Mapping[int, tuple[int, ...]], size: int) -> list[list[int]]:
     """The groups of a phase: clients in ascending id order, bucketed by batch schedule (the sizes of
-    their batches, :func:`~fedaug.engine.local.batch_sizes`), each bucket cut into runs of at most
+    their batches, :func:`~fedaug.engine.client.training.batch_sizes`), each bucket cut into runs of at most
     ``size``; the same clients always give the same groups, whatever order they were asked in.
 
     >>> plan_groups({3: (2, 2), 1: (2, 2), 2: (2, 1), 0: (2, 2)}, 2)
@@ -118,7 +118,7 @@ def state_slice(state: State, i: int) -> State:
 def client_loss(recipe: Recipe, model: nn.Module, task_loss: Callable[[Tensor, Tensor], Tensor]
                 ) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
     """One client's total loss and its terms, as the one-at-a-time closure computes them, for ``vmap``
-    (and, for one client, for a CUDA graph: :mod:`fedaug.engine.graphed`)."""
+    (and, for one client, for a CUDA graph: :mod:`fedaug.engine.client.graphed`)."""
     extras = recipe.per_batch["loss_terms"]
     forwarders = [c for c in recipe.participants("train") if overrides(c, "group_forward")]
 
@@ -166,7 +166,7 @@ def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[M
     weights, which are snapshotted) and :meth:`~fedaug.methods.component.Component.group_capture`.
     Then the steps of the stacked group (module docstring), and per client, in turn: its trained
     weights loaded into the model, ``group_restore`` and ``reply``, as
-    :func:`~fedaug.engine.local.train_client` ends.
+    :func:`~fedaug.engine.client.training.train_client` ends.
 
     Args:
         recipe: the method; every component trains grouped (:func:`group_blockers` finds nothing).
@@ -177,8 +177,8 @@ def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[M
         cfg: local training options (SGD or Adam; float32).
 
     Returns:
-        One :class:`~fedaug.engine.fleet.Reply` per client, in ``ctxs``' order: what
-        :func:`~fedaug.engine.local.train_client` returns, up to float rounding.
+        One :class:`~fedaug.engine.protocol.Reply` per client, in ``ctxs``' order: what
+        :func:`~fedaug.engine.client.training.train_client` returns, up to float rounding.
     """
     model = ctxs[0].model
     sizes = batch_sizes(len(ctxs[0].data), cfg)

@@ -15,19 +15,19 @@ import torch
 from torch import nn
 
 from fedaug.config.schema import RunConfig
-from fedaug.core.device import CPU, check_precision, module_device, to_device
+from fedaug.core.device import CPU, check_precision, float32_math, module_device, to_device
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message, PassedParts
 from fedaug.core.rng import scoped_global_seed
 from fedaug.data.base import ClientData
-from fedaug.engine.attack import Attack
-from fedaug.engine.evaluate import evaluate_client
-from fedaug.engine.finetune import finetune_meters, with_finetuned
-from fedaug.engine.fleet import Reply
-from fedaug.engine.graphed import graphed_steps
-from fedaug.engine.grouped import train_group
-from fedaug.engine.local import LocalOptimizer, train_client
-from fedaug.engine.query import answer_query
+from fedaug.engine.client.attack import Attack
+from fedaug.engine.client.evaluate import evaluate_client
+from fedaug.engine.client.finetune import finetune_meters, with_finetuned
+from fedaug.engine.protocol import Reply
+from fedaug.engine.client.graphed import graphed_steps
+from fedaug.engine.client.grouped import train_group
+from fedaug.engine.client.training import LocalOptimizer, train_client
+from fedaug.engine.client.query import answer_query
 from fedaug.layers.attach import check_chains
 from fedaug.methods.component import PHASES, ClientCtx, Phase, State
 from fedaug.methods.recipe import Recipe, overrides
@@ -115,7 +115,7 @@ class Worker:
 
     def train_group(self, r: int, lr: float,
                     jobs: Sequence[tuple[int, ClientData, Message, Mapping[str, State]]]) -> list[Reply]:
-        """Train a group of round ``r``'s clients at once (:func:`~fedaug.engine.grouped.train_group`;
+        """Train a group of round ``r``'s clients at once (:func:`~fedaug.engine.client.grouped.train_group`;
         one alone: :meth:`run`), each job ``(client id, data, message, state)`` checked and moved as
         :meth:`run` does, an attacker's reply rewritten after.
 
@@ -126,7 +126,8 @@ class Worker:
             return [self.run("train", jobs[0][0], r, lr, *jobs[0][1:])]
         ctxs, messages, states, _ = zip(*(self._receive("train", cid, r, lr, client, message, state)
                                           for cid, client, message, state in jobs))
-        replies = train_group(self.recipe, ctxs, messages, states, self.cfg.train)
+        with float32_math(self.cfg.precision):
+            replies = train_group(self.recipe, ctxs, messages, states, self.cfg.train)
         return [self.attack.reply("train", ctx.client_id, r, m, reply) for ctx, m, reply in zip(ctxs, messages, replies)]
 
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
@@ -134,13 +135,18 @@ class Worker:
         """Check the phase's message, then run ``phase`` for ``client_id``: train (:func:`train_client`),
         answer the query (:func:`answer_query`) or evaluate (:func:`evaluate_client`; with
         ``eval.finetune_steps``, then the fine-tuned model too: :func:`finetune_meters`); an attacking
-        client (``[attack]``, :mod:`fedaug.engine.attack`) flips its labels before training or
+        client (``[attack]``, :mod:`fedaug.engine.client.attack`) flips its labels before training or
         rewrites its reply after it.
 
         Raises:
             PayloadError: a part of ``message`` is missing or fails its spec (a bad server message
                 fails loudly on the client, DESIGN.md invariant 3).
         """
+        with float32_math(self.cfg.precision):  # "32" is true float32 on CUDA too (no TF32)
+            return self._run(phase, client_id, r, lr, client, message, state)
+
+    def _run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
+             state: Mapping[str, State]) -> Reply:
         ctx, message, state, client = self._receive(phase, client_id, r, lr, client, message, state)
         if phase == "train":
             reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers,

@@ -1,0 +1,79 @@
+"""The in-process fleet: every client of a dataset held in this process, trained in turn (or in groups,
+``train.group_clients``) on one worker model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from fedaug.core.device import check_fits
+from fedaug.core.payload import Message
+from fedaug.data.base import FederatedData
+from fedaug.engine.client.grouped import group_size, plan_groups
+from fedaug.engine.client.training import batch_sizes
+from fedaug.engine.client.worker import Worker
+from fedaug.engine.fleet.base import StatesHere
+from fedaug.engine.protocol import Reply
+from fedaug.methods.component import Phase
+
+Order = Callable[[list[int]], list[int]]
+
+
+class InProcessFleet(StatesHere):
+    """Every client of a dataset held in this process, trained in turn on one :class:`Worker`.
+
+    Args:
+        worker: the worker (one model for all clients).
+        data: the federated dataset.
+        execution_order: permutes the client ids of a phase before running them (tests use it to
+            show that the order does not matter); default: ascending ids.
+        on_device: keep every client's data on the worker's device for the whole run
+            (``data.on_device``); else it stays on the host (in pinned memory for a CUDA worker)
+            and the worker copies a client's splits to the device when it runs it. On the CPU
+            both are the same.
+
+    Raises:
+        ConfigError: ``on_device`` and the data's bytes exceed the device's free memory
+            (:func:`~fedaug.core.device.check_fits`, naming the estimate).
+    """
+
+    def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
+                 on_device: bool = False) -> None:
+        super().__init__()
+        self.worker, self.data = worker, data
+        device = worker.device
+        if on_device:
+            check_fits(sum(c.nbytes for c in data.clients), device, "data.on_device=true (every client's splits)")
+            self.clients = [c.to(device) for c in data.clients]
+        elif device.type == "cuda":
+            self.clients = [c.pin_memory() for c in data.clients]
+        else:
+            self.clients = list(data.clients)
+        self.order = execution_order or (lambda ids: ids)
+        #: clients trained at once (train.group_clients, or 1 with a notice where the method cannot group)
+        self.group_size = group_size(worker.cfg.train.group_clients, worker.recipe, worker.model)
+
+    def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
+            message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        if phase == "train" and self.group_size > 1:
+            yield from self._train_groups(r, lr, client_ids, message)
+            return
+        ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
+        for cid in ids:
+            reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
+                                    self.client_states.get(cid, {}))
+            if phase == "train":
+                self.keep(cid, reply)
+            yield cid, reply
+
+
+    def _train_groups(self, r: int, lr: float, client_ids: Sequence[int],
+                      message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        """The training phase in groups of clients with one batch schedule (:func:`plan_groups`; the
+        groups do not depend on ``execution_order``), each trained at once (:meth:`Worker.train_group`)."""
+        cfg = self.worker.cfg.train
+        schedules = {cid: batch_sizes(len(self.clients[cid].train), cfg) for cid in client_ids}
+        for group in plan_groups(schedules, self.group_size):
+            jobs = [(cid, self.clients[cid], message(cid), self.client_states.get(cid, {})) for cid in group]
+            for cid, reply in zip(group, self.worker.train_group(r, lr, jobs)):
+                self.keep(cid, reply)
+                yield cid, reply
