@@ -1,13 +1,17 @@
-"""CUDA graphs (``train.cuda_graph``, issue 39), the parts that run without CUDA.
+"""CUDA graphs (``train.cuda_graph``, issues 39 and 45), proven on the CPU.
 
 :class:`~fedaug.engine.client.graphed.GraphedSteps` takes its capture as an argument; here it is
-:class:`EagerReplay`, which "captures" a step by keeping the function and "replays" it by calling it,
-so the whole path runs on the CPU: the static tensors a real graph reads at fixed addresses (the worker
-model's parameters, the optimiser state reset in place, the components' captured tensors copied in,
-the batch copied into each graph's input, the sums), the warm-up that is undone, the keying by batch
-shape and learning rate. A step that read a stale or replaced tensor would give other numbers than
-eager training, so the records must equal eager training's **bit for bit** (same kernels). What the
-CPU cannot show, the capture itself and its replay on CUDA, is tests/gpu/test_cuda.py's.
+:class:`~fedaug.engine.client.capture.TracedCapture`, which gives a capture CUDA graphs' semantics on the CPU:
+the step is traced once into its tensor operations and only those are replayed (Python runs at capture
+alone), on the same tensors, and a host read cannot be captured. So the whole path runs: the static tensors a
+real graph reads at fixed addresses (the worker model's parameters, the optimiser state reset in place, the
+components' captured tensors copied in, each step's input and draws copied into the graph's, the sums), the
+warm-up that is undone, the keying by input shapes and learning rate. A step that read a stale or replaced
+tensor, or kept what it changes in a Python attribute, gives other numbers than eager training, so the
+records must equal eager training's **bit for bit** (same kernels). The SCAFFOLD defect the first GPU run
+found (issue 45) is kept here as a regression test: the old stand-in capture (:class:`EagerReplay`, which
+re-ran the Python step on every "replay") could not see it, the emulation does. What the CPU cannot show,
+CUDA's own kernels and capturable Adam, is tests/gpu/test_cuda.py's.
 """
 
 from __future__ import annotations
@@ -22,21 +26,26 @@ from torch import Tensor, nn
 
 from fedaug.config.schema import TrainConfig, validate
 from fedaug.core.errors import ConfigError
+from fedaug.data.registry import load_dataset
 from fedaug.engine.client import graphed
-from fedaug.engine.client.graphed import (GraphedSteps, copy_state_, graph_blocker, graph_blockers, graph_key,
-                                   graphed_steps, reset_optimizer_state_)
+from fedaug.engine.client.capture import CudaGraphs, TracedCapture
+from fedaug.engine.client.graphed import (GraphedSteps, copy_state_, graph_key, graphed_steps,
+                                          reset_optimizer_state_)
+from fedaug.engine.client.step import StepInputs, step_blocker, step_blockers
 from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.aug.fedfa import FedFA
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.base.feddyn import FedDyn
+from fedaug.methods.base.scaffold import SCAFFOLD
+from fedaug.methods.recipe import METHODS as METHODS_REGISTRY
 from fedaug.methods.recipe import Recipe
 from tests.conftest import tiny_raw
-from fedaug.methods.recipe import METHODS as METHODS_REGISTRY
 from tests.engine.test_grouped import GROUPABLE, config, records
 
 
 class EagerReplay:
-    """A capture that keeps the step and runs it on every replay (the CPU's stand-in for a CUDA graph)."""
+    """The stand-in capture before issue 45: it keeps the step and runs it, Python and all, on every replay
+    (kept to show what it could not see)."""
 
     def warm_up(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -48,15 +57,20 @@ class EagerReplay:
         return torch.get_rng_state()
 
 
-def graph(sim: Simulation, max_graphs: int = graphed.MAX_GRAPHS) -> GraphedSteps:
-    """Train ``sim``'s clients by :class:`GraphedSteps` with :class:`EagerReplay`; returns it."""
+def graph(sim: Simulation, max_graphs: int = graphed.MAX_GRAPHS, capture: Any = None) -> GraphedSteps:
+    """Train ``sim``'s clients by :class:`GraphedSteps` with ``capture`` (default: the emulation,
+    :class:`~fedaug.engine.client.capture.TracedCapture`); returns it."""
     worker = sim.fleet.worker
-    worker.graphs = GraphedSteps(worker.recipe, worker.model, worker.cfg.train, EagerReplay(), max_graphs)
+    worker.graphs = GraphedSteps(worker.recipe, worker.model, worker.cfg.train, capture or TracedCapture(), max_graphs)
     return worker.graphs
 
 
-#: methods of issue 39's scope (and variants that exercise more of the static state), by config() name
-SCOPE = ["fedavg", "fedbn", "fedprox", "scaffold", "fedavg_clip", "median", "fedadam"]
+#: every capturable method (and variants that exercise more of the static state), by config() name: issue
+#: 39's baselines, and the papers' methods FedFA (its noise drawn before each step and copied into the
+#: graph), VFDA and FedRDN (issue 45). Not FedFA with kernel = "on" on the CPU: the compiled C++ kernel
+#: computes outside torch's dispatcher, where no trace sees it, and a CUDA graph never meets it (on CUDA,
+#: "on" is the Triton kernel; tests/layers/test_triton_ffa.py traces that one).
+SCOPE = ["fedavg", "fedbn", "fedprox", "scaffold", "fedavg_clip", "median", "fedadam", "fedfa", "vfda", "fedrdn"]
 
 
 @pytest.mark.parametrize("method", SCOPE)
@@ -68,21 +82,22 @@ def test_graphed_steps_equal_eager_steps_bit_for_bit(method):
     got = records(sim, 3)
     assert got == want  # every metric, loss term, norm and evaluation of every round
     for a, b in zip(*(list(graphed_leaves(s)) for s in (sim, want_sim)), strict=True):
-        assert a[0] == b[0] and torch.equal(a[1], b[1]), a[0]  # final weights, server and client state
+        assert a[0] == b[0], a[0]  # final weights, server and client state
+        assert torch.equal(a[1], b[1]) if isinstance(b[1], Tensor) else a[1] == b[1], a[0]
     assert steps.num_captures == 1  # one batch shape, one learning rate: captured once for 12 clients
 
 
 def graphed_leaves(sim: Simulation):
     from tests.engine.test_grouped import leaves
 
-    return ((p, torch.as_tensor(v)) for p, v in leaves({"server": sim.server, "clients": sim.client_states}))
+    return ((p, torch.as_tensor(v) if isinstance(v, (int, float)) else v)
+            for p, v in leaves({"server": sim.server, "clients": sim.client_states}))
 
 
-def test_adam_partial_batches_and_a_learning_rate_schedule_each_get_their_own_graph():
-    """Adam (its moments and step count reset in place per client); clients of 44 samples in batches of
-    16 without drop_last (16, 16, 12); the learning rate halving every round."""
-    train = dict(optimizer="adam", lr=0.01, local_steps=None, local_epochs=1, drop_last=False,
-                 lr_schedule="exponential", lr_decay=0.5)
+def test_partial_batches_and_a_learning_rate_schedule_each_get_their_own_graph():
+    """Clients of 44 samples in batches of 16 without drop_last (16, 16, 12); the learning rate halving
+    every round; SGD's momentum reset in place per client."""
+    train = dict(lr=0.01, local_steps=None, local_epochs=1, drop_last=False, lr_schedule="exponential", lr_decay=0.5)
     raw = config("fedprox", 1, **train).to_dict()
     raw["data"]["options"].update(num_clients=4, samples_per_client=44)
     want = records(build_simulation(validate(raw)), 3)
@@ -107,13 +122,28 @@ def test_graphs_over_the_limit_are_dropped_and_captured_again_with_the_same_numb
     assert steps.num_captures > 2  # full and partial batches took turns: captured again and again
 
 
-def test_graph_key_is_the_batch_shape_and_the_learning_rate():
-    x, y = torch.zeros(40, 3, 8, 8), torch.zeros(40, dtype=torch.long)
-    assert graph_key(16, x, y, 0.05) == ((16, 3, 8, 8), (16,), 0.05)
-    assert graph_key(8, x, y, 0.05) != graph_key(16, x, y, 0.05)  # a last partial batch
-    assert graph_key(16, x, y, 0.025) != graph_key(16, x, y, 0.05)  # a scheduled learning rate
-    seg = torch.zeros(40, 8, 8, dtype=torch.long)  # segmentation masks: the target shape counts too
-    assert graph_key(16, x, seg, 0.05) == ((16, 3, 8, 8), (16, 8, 8), 0.05)
+def test_adam_on_the_cpu_reads_its_step_count_on_the_host_which_the_emulation_refuses():
+    """torch.optim's Adam keeps its step count on the host except where it is capturable (CUDA); a CUDA graph
+    could not capture that read, and neither does the emulation (tests/gpu covers capturable Adam)."""
+    sim = build_simulation(config("fedavg", 1, rounds=1, optimizer="adam", lr=0.01))
+    graph(sim)
+    with pytest.raises(ConfigError, match=r"^train\.cuda_graph=true: a training step reads a tensor's value on the "
+                                          r"host \(aten\._local_scalar_dense\.default\)"):
+        records(sim, 1)
+
+
+def test_graph_key_is_the_inputs_shapes_and_the_learning_rate():
+    x, y = torch.zeros(16, 3, 8, 8), torch.zeros(16, dtype=torch.long)
+    key = graph_key(StepInputs(x, y, {}), 0.05)
+    assert key == (((16, 3, 8, 8), torch.float32), ((16,), torch.int64), 0.05)
+    assert graph_key(StepInputs(x[:8], y[:8], {}), 0.05) != key  # a last partial batch
+    assert graph_key(StepInputs(x, y, {}), 0.025) != key  # a scheduled learning rate
+    seg = torch.zeros(16, 8, 8, dtype=torch.long)  # segmentation masks: the target shape counts too
+    assert graph_key(StepInputs(x, seg, {}), 0.05)[1] == ((16, 8, 8), torch.int64)
+    soft = torch.zeros(16, 4)  # soft labels (a mixing augmentation): another dtype
+    assert graph_key(StepInputs(x, soft, {}), 0.05)[1] == ((16, 4), torch.float32)
+    drawn = {"fedfa": {"0": {"use": True, "noise": torch.zeros(2, 16, 4)}}}  # a step's draws are inputs too
+    assert graph_key(StepInputs(x, y, drawn), 0.05)[2:] == (((), torch.bool), ((2, 16, 4), torch.float32), 0.05)
 
 
 @pytest.mark.parametrize("make", [
@@ -165,26 +195,24 @@ def test_copy_state_copies_in_place_and_names_another_structure():
         copy_state_(dst, {"fedprox": {"anchor": {"w": torch.ones(3)}}, "scaffold": {}})
 
 
-def test_graph_blockers_add_the_components_that_draw_in_every_step():
+def test_a_component_that_draws_in_every_step_can_be_captured():
     conv = nn.Sequential(nn.Conv2d(1, 4, 3))
-    assert graph_blockers(Recipe(FedAvg(), [FedFA(kernel="off", at=["0"])]), conv) == [
-        "'fedfa' (it draws random numbers in every step, which a captured step does not take yet)"]
-    assert graph_blockers(Recipe(FedDyn(), []), nn.Sequential(nn.Conv2d(1, 4, 3), nn.Dropout(0.5))) == [
-        "'feddyn' (it overrides receive, reply, loss_terms without a grouped form)",
+    assert step_blockers(Recipe(FedAvg(), [FedFA(kernel="off", at=["0"])]), conv) == []
+    assert step_blockers(Recipe(FedDyn(), []), nn.Sequential(nn.Conv2d(1, 4, 3), nn.Dropout(0.5))) == [
+        "'feddyn' (it overrides receive, reply, loss_terms without a step form)",
         "the model (Sequential: its dropout draws from the global random stream)",
     ]
-    assert graph_blockers(Recipe(FedAvg(), []), conv) == []
 
 
-def test_exactly_the_groupable_components_that_draw_nothing_per_step_can_be_captured():
+def test_exactly_the_groupable_components_can_be_captured():
     import fedaug.methods.addon  # noqa: F401  (registers every component)
     import fedaug.methods.aug  # noqa: F401
     import fedaug.methods.objective  # noqa: F401
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # options that warn at their defaults
-        capturable = [name for name in METHODS_REGISTRY.names() if not graph_blocker(METHODS_REGISTRY.get(name)())]
-    assert capturable == [name for name in GROUPABLE if name != "fedfa"]
+        capturable = [name for name in METHODS_REGISTRY.names() if not step_blocker(METHODS_REGISTRY.get(name)())]
+    assert capturable == GROUPABLE
 
 
 @pytest.fixture
@@ -193,9 +221,9 @@ def cuda_model(monkeypatch) -> None:
     monkeypatch.setattr(graphed, "module_device", lambda model: torch.device("cuda", 0))
 
 
-#: the notice of a recipe that cannot be captured (moon has no grouped forms; fedfa draws in every step)
-NOTICE = ("train.cuda_graph=true: clients train eagerly, since 'moon' (it has no grouped form of its client hooks); "
-          "'fedfa' (it draws random numbers in every step, which a captured step does not take yet) cannot be captured")
+#: the notice of a recipe that cannot be captured (moon has no step forms; fedfa could be)
+NOTICE = ("train.cuda_graph=true: clients train eagerly, since 'moon' (it has no grouped form of its client hooks) "
+          "cannot be captured")
 
 
 def test_a_recipe_that_cannot_be_captured_trains_eagerly_after_one_notice(cuda_model):
@@ -215,7 +243,7 @@ def test_a_recipe_in_scope_gets_graphed_steps_with_a_cuda_capture(cuda_model):
     raw = config("scaffold", 1).to_dict()
     sim = build_simulation(validate({**raw, "train": {**raw["train"], "cuda_graph": True}}))
     assert isinstance(sim.fleet.worker.graphs, GraphedSteps)
-    assert isinstance(sim.fleet.worker.graphs.capture, graphed.CudaGraphs)
+    assert isinstance(sim.fleet.worker.graphs.capture, CudaGraphs)
     assert graphed_steps(TrainConfig(), sim.recipe, sim.fleet.worker.model) is None  # off by default
 
 
@@ -251,7 +279,7 @@ def test_a_step_that_draws_from_the_global_random_stream_is_refused_when_capture
                                       r"train\.group_clients = 4: set train\.group_clients = 1 or "
                                       r"train\.cuda_graph = false"),
     ({"precision": "bf16-mixed"}, r"'train\.cuda_graph' = true trains in float32 only, got precision = "
-                                  r"'bf16-mixed': set precision = '32' or train\.cuda_graph = false"),
+                                  r"'bf16-mixed': set precision = '32' \(or 'tf32'\) or train\.cuda_graph = false"),
 ])
 def test_bad_cuda_graph_settings_are_refused_naming_the_fix(changes: dict[str, Any], message: str):
     raw = tiny_raw(cuda_graph=True)
@@ -259,3 +287,77 @@ def test_bad_cuda_graph_settings_are_refused_naming_the_fix(changes: dict[str, A
     raw["train"].update(changes.get("train", {}))
     with pytest.raises(ConfigError, match=message):
         validate(raw)
+
+
+class PythonMomentumScaffold(SCAFFOLD):
+    """SCAFFOLD as it was before issue 45: the local momentum read off the optimiser in the first step's
+    gradient hook and kept in a Python attribute, which a replayed step never sets again (each later client's
+    control variate then takes the normaliser of plain SGD)."""
+
+    name = "scaffold"
+
+    def receive(self, ctx, part, state) -> None:
+        super().receive(ctx, part, state)
+        if ctx.training:
+            self._momentum = None
+
+    def group_before_step(self, grads, captured, optimizer) -> None:
+        if self._momentum is None:
+            self._momentum = float(optimizer.param_groups[0]["momentum"])
+        super().group_before_step(grads, captured, optimizer)
+
+    def reply(self, ctx):
+        if ctx.training:
+            self._momentum = self._momentum or 0.0
+        return super().reply(ctx)
+
+
+def scaffold_sim(component: SCAFFOLD) -> Simulation:
+    cfg = config("scaffold", 1, rounds=2)
+    data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
+    return Simulation(cfg, data, Recipe(component))
+
+
+def test_the_emulation_sees_state_kept_in_a_python_attribute_which_the_old_stand_in_did_not():
+    """The CUDA-graphed SCAFFOLD defect (issue 45: round 2 test loss 1.332065 graphed, 1.332281 eager on an
+    H100). With momentum 0.9, a wrong normaliser moves every control variate, so the records differ."""
+    want = records(scaffold_sim(PythonMomentumScaffold()), 2)
+    assert want == records(scaffold_sim(SCAFFOLD()), 2)  # eagerly, the old form was right
+    old_stand_in = scaffold_sim(PythonMomentumScaffold())
+    graph(old_stand_in, capture=EagerReplay())
+    assert records(old_stand_in, 2) == want  # the stand-in re-ran the Python hook: it could not see the defect
+    emulated = scaffold_sim(PythonMomentumScaffold())
+    graph(emulated, capture=TracedCapture())
+    got = records(emulated, 2)
+    assert got[0]["train"] == want[0]["train"]  # the first client's round is right (captured with it) ...
+    assert got[1]["eval"] != want[1]["eval"]  # ... the later clients' variates are not: round 2 moves
+    fixed = scaffold_sim(SCAFFOLD())
+    graph(fixed, capture=TracedCapture())
+    assert records(fixed, 2) == want  # the momentum known at receive, from the training options
+
+
+def test_a_traced_capture_computes_nothing_and_its_replay_runs_only_the_recorded_operations():
+    w = torch.ones(3)
+    calls = []
+
+    def body() -> None:
+        calls.append(1)  # Python: runs when the step is traced, never on replay
+        w.mul_(2.0).add_(1.0)
+
+    replay = TracedCapture().capture(body)
+    assert calls == [1] and torch.equal(w, torch.ones(3))  # traced, and what it wrote undone
+    replay()
+    replay()
+    assert calls == [1] and torch.equal(w, torch.full((3,), 7.0))  # (1 * 2 + 1) * 2 + 1, on the same tensor
+
+
+def test_a_traced_capture_refuses_a_step_that_reads_a_tensor_on_the_host():
+    w = torch.ones(3)
+
+    def body() -> None:
+        if w.sum() > 0:  # a branch on a tensor: a CUDA graph cannot capture it
+            w.add_(1.0)
+
+    with pytest.raises(ConfigError, match=r"a training step reads a tensor.s value on the host \(aten\.(_local_scalar_dense|is_nonzero)"):
+        TracedCapture().capture(body)
+    assert torch.equal(w, torch.ones(3))

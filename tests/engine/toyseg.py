@@ -1,4 +1,5 @@
-"""A tiny segmentation federation for engine tests: 16x16 one-channel images segmented by intensity."""
+"""A tiny segmentation federation for engine tests: one-channel 16x16 images (or 16^3 volumes) segmented by
+intensity: synthetic data that any machine has (tests/gpu needs no data set)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from fedaug.data.base import ClientData, FederatedData, Split
 THRESHOLDS = (0.5, 0.8)
 
 
-def toy_segmentation(num_clients: int, num_classes: int = 3) -> FederatedData:
-    """``num_clients`` clients of 8 training, 2 validation and 4 test images ``(1, 16, 16)``, seeded, whose
-    masks count the thresholds a pixel exceeds (``num_classes`` <= 3)."""
+def toy_segmentation(num_clients: int, num_classes: int = 3, dims: int = 2) -> FederatedData:
+    """``num_clients`` clients of 8 training, 2 validation and 4 test images ``(1, 16, 16)`` (``dims = 3``:
+    volumes ``(1, 16, 16, 16)``), seeded, whose masks count the thresholds a pixel exceeds
+    (``num_classes`` <= 3)."""
     g = torch.Generator().manual_seed(0)
+    shape = (1,) + (16,) * dims
 
     def split(n: int) -> Split:
-        x = torch.rand(n, 1, 16, 16, generator=g)
+        x = torch.rand(n, *shape, generator=g)
         return Split(x, sum((x[:, 0] > t).long() for t in THRESHOLDS[:num_classes - 1]))
 
-    return FederatedData("toyseg", "segmentation", num_classes, (1, 16, 16),
+    return FederatedData("toyseg", "segmentation", num_classes, shape,
                          [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(num_clients)])

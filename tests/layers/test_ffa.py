@@ -387,11 +387,12 @@ def test_a_grouped_forward_under_vmap_equals_each_clients_own_forward_in_float64
         want_stats.append(torch.stack((layer.running_mean.clone(), layer.running_std.clone())))
     drawn = [layer.draw(b, torch.Generator().manual_seed(seed)) for seed in seeds]
     assert [bool(u) for u, _ in drawn] == [True, False, True]
-    use, noise = torch.stack([u for u, _ in drawn]), torch.stack([n for _, n in drawn])
+    use, noise = torch.tensor([u for u, _ in drawn]), torch.stack([n for _, n in drawn])
     stacked = {k: v.clone() for k, v in state.items()}
+    stacked |= {k: getattr(layer, k).expand(g_count, 2).clone() for k in ("update_weights", "momentum_weights")}
 
-    def one_client(xi, ui, ni, rm, rs, smu, ssig):
-        layer.drawn = Drawn(ui, ni, rm, rs, smu, ssig)
+    def one_client(xi, ui, ni, rm, rs, smu, ssig, uw, mw):
+        layer.drawn = Drawn(ui, ni, rm, rs, smu, ssig, uw, mw)
         try:
             return layer(xi)
         finally:

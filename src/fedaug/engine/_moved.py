@@ -34,8 +34,9 @@ MOVED: dict[str, tuple[str, ...]] = {
                                "fedaug.engine.protocol"),
     "fedaug.engine.attack": ("fedaug.engine.client.attack",),
     "fedaug.engine.local": ("fedaug.engine.client.training",),
-    "fedaug.engine.grouped": ("fedaug.engine.client.grouped",),
-    "fedaug.engine.graphed": ("fedaug.engine.client.graphed",),
+    "fedaug.engine.grouped": ("fedaug.engine.client.grouped", "fedaug.engine.client.step"),
+    "fedaug.engine.graphed": ("fedaug.engine.client.graphed", "fedaug.engine.client.capture",
+                              "fedaug.engine.client.step"),
     "fedaug.engine.worker": ("fedaug.engine.client.worker",),
     "fedaug.engine.query": ("fedaug.engine.client.query",),
     "fedaug.engine.runlock": ("fedaug.engine.records.runlock",),
@@ -48,6 +49,12 @@ RENAMED: dict[tuple[str, str], tuple[str, str]] = {
     ("fedaug.engine.evaluate", "SPLITS"): ("fedaug.engine.protocol", "EVAL_SPLITS"),
     ("fedaug.engine.finetune", "PREFIX"): ("fedaug.engine.protocol", "FINETUNE_PREFIX"),
     ("fedaug.engine.pool", "SPLITS"): ("fedaug.engine.fleet.processes", "PACKED_SPLITS"),
+    # one client step for every execution (issue 45): the grouped path's rules are the step's
+    ("fedaug.engine.grouped", "GROUPED_FORMS"): ("fedaug.engine.client.step", "STEP_FORMS"),
+    ("fedaug.engine.grouped", "component_blocker"): ("fedaug.engine.client.step", "step_blocker"),
+    ("fedaug.engine.grouped", "group_blockers"): ("fedaug.engine.client.step", "step_blockers"),
+    ("fedaug.engine.graphed", "graph_blocker"): ("fedaug.engine.client.step", "step_blocker"),
+    ("fedaug.engine.graphed", "graph_blockers"): ("fedaug.engine.client.step", "step_blockers"),
 }
 
 

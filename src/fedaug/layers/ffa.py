@@ -28,23 +28,30 @@ _NEUTRAL = {"fused": 1.0, "direct": 0.0, "product": 1.0, "client": 0.0, "fixed":
 
 @dataclass(frozen=True)
 class Drawn:
-    """One client's part of a grouped forward (:mod:`fedaug.engine.client.grouped`): what an
-    :class:`FFALayer` would draw in this forward (:meth:`FFALayer.draw`) and the per-client state it
-    would read and update, each a slice of the group's stacked tensors inside ``torch.func.vmap``.
+    """One client's forward in a training step (:mod:`fedaug.engine.client.step`, every execution): what an
+    :class:`FFALayer` draws in this forward (:meth:`FFALayer.draw`, drawn before the step) and the
+    per-client state it reads and updates in place (copies of the layer's buffers; inside
+    ``torch.func.vmap``, one client's slices of the group's stacked copies).
 
     Args:
-        use: ``()`` bool, whether this forward augments (the coin of Alg. 2 line 1).
+        use: whether this forward augments (the coin of Alg. 2 line 1): a Python bool in an eager step, a
+            ``()`` bool tensor where the step is batched or captured.
         noise: ``(2, B, C)`` standard normal draws (zeros where ``use`` is false).
         running_mean, running_std: ``(C,)``, the client's running statistics, updated in place.
         shared_mu, shared_sigma: ``(C,)``, the server's quantities as the client received them.
+        update_weights: ``(2,)``, ``(keep, take)`` of the next Eq. 4 update (``(0, 1)`` where it takes the
+            first batch's statistics), updated in place.
+        momentum_weights: ``(2,)``, ``(m, 1 - m)`` of the layer's momentum (VFDA's changes every round).
     """
 
-    use: Tensor
+    use: bool | Tensor
     noise: Tensor
     running_mean: Tensor
     running_std: Tensor
     shared_mu: Tensor
     shared_sigma: Tensor
+    update_weights: Tensor
+    momentum_weights: Tensor
 
 
 def _choice(what: str, value: str, allowed: object) -> str:
@@ -114,7 +121,7 @@ class FFALayer(nn.Module):
             raise ConfigError(f"FFALayer.momentum must be in [0, 1], got {momentum}")
         if num_channels < 1:
             raise ConfigError(f"FFALayer.num_channels must be >= 1, got {num_channels}")
-        self.num_channels, self.p, self.momentum, self.lam, self.eps = num_channels, p, momentum, lam, eps
+        self.num_channels, self.p, self.lam, self.eps = num_channels, p, lam, eps
         self.variance = _choice("variance", variance, VARIANCES)
         self.noise_scale = _choice("noise_scale", noise_scale, NOISE_SCALES)
         self.estimator = _choice("estimator", estimator, ESTIMATORS)
@@ -123,11 +130,27 @@ class FFALayer(nn.Module):
         #: one client's draws and state during a grouped step (set by its component; ``None`` elsewhere)
         self.drawn: Drawn | None = None
         self._init_from_batch = False
+        #: ``(m, 1 - m)`` (float32 roundings of the float64 values) and the next Eq. 4 update's weights
+        self.register_buffer("momentum_weights", torch.zeros(2))
+        self.register_buffer("update_weights", torch.zeros(2))
+        self.momentum = momentum
         self.register_buffer("running_mean", torch.zeros(num_channels))
         self.register_buffer("running_std", torch.ones(num_channels))
         neutral = _NEUTRAL[variance]
         self.register_buffer("shared_mu", torch.full((num_channels,), neutral))
         self.register_buffer("shared_sigma", torch.full((num_channels,), neutral))
+
+    @property
+    def momentum(self) -> float:
+        """The weight of the old running statistic in Eq. 4 (VFDA sets it every round)."""
+        return self._momentum
+
+    @momentum.setter
+    def momentum(self, value: float) -> None:
+        self._momentum = float(value)
+        self.momentum_weights.copy_(torch.tensor([value, 1.0 - value], dtype=torch.float64))
+        if not self._init_from_batch:
+            self.update_weights.copy_(self.momentum_weights)
 
     # --- what the federation sets ----------------------------------------------------------
     def set_gamma(self, gamma_mu: Tensor, gamma_sigma: Tensor) -> None:
@@ -171,6 +194,10 @@ class FFALayer(nn.Module):
         else:
             self.running_std.copy_(std)
         self._init_from_batch = from_first_batch
+        if from_first_batch:
+            self.update_weights.copy_(torch.tensor([0.0, 1.0]))
+        else:
+            self.update_weights.copy_(self.momentum_weights)
 
     # --- forward ---------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -194,6 +221,7 @@ class FFALayer(nn.Module):
             momentum_update(self.running_mean, mu, weight)
             momentum_update(self.running_std, sigma, weight)
             self._init_from_batch = False
+            self.update_weights.copy_(self.momentum_weights)
         return y
 
     def _draw(self, batch_size: int, g: torch.Generator | None, device: torch.device) -> Tensor | None:
@@ -205,35 +233,45 @@ class FFALayer(nn.Module):
             return None
         return torch.randn((2, batch_size, self.num_channels), generator=g, device=where)
 
-    def draw(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def draw(self, batch_size: int, generator: torch.Generator) -> tuple[bool, Tensor]:
         """What one training forward of a batch of ``batch_size`` draws from ``generator`` (the stream
-        :attr:`generator` would be), drawn now: for a grouped step, outside the batched function
-        (:class:`Drawn`).
+        :attr:`generator` would be), drawn now, before the step (:class:`Drawn`).
 
         Returns:
-            ``(use, noise)``: ``use`` ``()`` bool, whether the forward augments; ``noise`` ``(2, B, C)``
-            float32, zeros where it does not (nothing drawn for it), on the generator's device.
+            ``(use, noise)``: ``use``, whether the forward augments; ``noise`` ``(2, B, C)`` float32, zeros
+            where it does not (nothing drawn for it), on the generator's device.
         """
         where = generator.device
         noise = self._draw(batch_size, generator, where) if self.p > 0.0 else None
         if noise is None:
-            return torch.tensor(False, device=where), torch.zeros((2, batch_size, self.num_channels), device=where)
-        return torch.tensor(True, device=where), noise
+            return False, torch.zeros((2, batch_size, self.num_channels), device=where)
+        return True, noise
 
     def _forward_drawn(self, x: Tensor, d: Drawn) -> Tensor:
-        """The training forward of one client of a grouped step (under ``torch.func.vmap``): with the
-        drawn ``d.noise`` where ``d.use``, else ``x`` itself; the running statistics ``d.running_*``
-        updated in place where ``d.use`` (Eq. 4 with weight :attr:`momentum`: the grouped path
-        serves FedFA, whose layers never take their first batch's statistics). Pure autograd
-        operations (:func:`~fedaug.layers.functional.restyle_autograd`), as ``vmap`` needs; both
-        branches are computed and one selected, since a batched flag cannot pick a branch."""
+        """The training forward of one client in a step (:class:`Drawn`): with the drawn ``d.noise`` where
+        ``d.use``, else ``x`` itself; the running statistics ``d.running_*`` updated in place where ``d.use``
+        (Eq. 4 with ``d.update_weights``). One definition for every execution: ``use`` a Python bool (eager)
+        picks a branch; a tensor (batched, captured) selects with ``torch.where``, which gives the same
+        values. Batched (``torch.func.vmap``) the restyling takes pure autograd operations
+        (:func:`~fedaug.layers.functional.restyle_autograd`, which round differently); otherwise
+        :func:`~fedaug.layers.functional.restyle`, as the layer's own forward."""
+        eager = isinstance(d.use, bool)
+        if eager and not d.use:
+            return x
         noise = d.noise.to(device=x.device, dtype=x.dtype)
-        y, mu, sigma = restyle_autograd(x, self._stat_noise(noise, d.shared_mu, d.shared_sigma), eps=self.eps,
-                                        unbiased=self.estimator == "official")
+        fn, unbiased = self._stat_noise(noise, d.shared_mu, d.shared_sigma), self.estimator == "official"
+        if torch._C._functorch.is_batchedtensor(x):
+            y, mu, sigma = restyle_autograd(x, fn, eps=self.eps, unbiased=unbiased)
+        else:
+            y, mu, sigma = restyle(x, fn, eps=self.eps, unbiased=unbiased, kernel=self.kernel)
         with torch.no_grad():
+            keep, take = d.update_weights[0], d.update_weights[1]
             for running, stat in ((d.running_mean, mu), (d.running_std, sigma)):
-                running.copy_(torch.where(d.use, momentum_update(running.clone(), stat, self.momentum), running))
-        return torch.where(d.use, y, x)
+                new = torch.addcmul(running * keep, stat.mean(0), take)  # Eq. 4, with momentum_update's bits
+                running.copy_(new if eager else torch.where(d.use, new, running))
+            d.update_weights.copy_(d.momentum_weights if eager else torch.where(d.use, d.momentum_weights,
+                                                                                 d.update_weights))
+        return y if eager else torch.where(d.use, y, x)
 
     def _stat_noise(self, noise: Tensor, shared_mu: Tensor | None = None,
                     shared_sigma: Tensor | None = None) -> StatNoise:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _NormBase
 
-from fedaug.core.errors import ConfigError
+from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.methods.component import ClientCtx, Uplink
 from fedaug.models.split import StagedModel, split_stages
 
@@ -31,15 +31,20 @@ def normalizing_norm(num_steps: int, momentum: float) -> float:
     return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
 
 
-def sgd_momentum(optimizer: torch.optim.Optimizer, why: str) -> float:
-    """The local optimiser's SGD momentum (0 for plain SGD), for methods whose maths assumes SGD steps.
+def sgd_momentum(ctx: ClientCtx, why: str) -> float:
+    """The SGD momentum of the client's local steps (0 for plain SGD), known when it receives its training
+    message (``ctx.train``), for methods whose maths assumes SGD steps.
 
     Raises:
-        ConfigError: ``"<why>; got train.optimizer=Adam, set train.optimizer=sgd"``.
+        ConfigError: ``"<why>; got train.optimizer='adam', set train.optimizer='sgd'"``.
+        FedaugError: a training context without the local training options (the engine sets them).
     """
-    if not isinstance(optimizer, torch.optim.SGD):
-        raise ConfigError(f"{why}; got train.optimizer={type(optimizer).__name__}, set train.optimizer=sgd")
-    return float(optimizer.param_groups[0]["momentum"])
+    if ctx.train is None:
+        raise FedaugError(f"{why}: the client context has no local training options (ctx.train); train through "
+                          "fedaug.engine.client.training.train_client, which sets them")
+    if ctx.train.optimizer != "sgd":
+        raise ConfigError(f"{why}; got train.optimizer={ctx.train.optimizer!r}, set train.optimizer='sgd'")
+    return float(ctx.train.momentum)
 
 
 #: ``_load_from_state_dict`` of the modules :func:`load_entries` copies into directly: the default, and

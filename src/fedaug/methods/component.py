@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from fedaug.config.schema import TrainConfig
 from fedaug.core.payload import Part, Spec
 from fedaug.core.rng import generator
 from fedaug.data.base import Split
@@ -105,6 +106,9 @@ class ClientCtx:
         device: where the worker model, the client's data and the received parts are (set by the
             engine); a component creates its tensors here (``device=ctx.device``, or like the
             tensors it combines them with) and its random streams live here (:meth:`rng`).
+        train: the run's local training options (optimiser, momentum, steps; set by the engine), so
+            that a component knows at ``receive`` what the steps will be (SCAFFOLD's and FedNova's
+            normalisers) instead of reading it off the optimiser during a step.
     """
 
     model: nn.Module
@@ -119,6 +123,7 @@ class ClientCtx:
     component: str = ""
     eval_inputs: Callable[[Batch], Batch] | None = None
     device: torch.device = torch.device("cpu")
+    train: TrainConfig | None = None
     _streams: dict[tuple[str, str], torch.Generator] = field(default_factory=dict, repr=False)
 
     @property
@@ -263,9 +268,12 @@ class Component:
         statistics) are what :meth:`group_restore` receives."""
         return nullcontext()
 
-    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State) -> dict[str, Tensor]:
-        """Inside the batched function: :meth:`loss_terms` of one client, from its parameters ``params``
-        (``{name: tensor}``, differentiable) and its ``captured`` tensors."""
+    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State, batch: Batch,
+                         out: Tensor) -> dict[str, Tensor]:
+        """The step form of :meth:`loss_terms` (every execution calls it; inside the batched function of
+        grouped training): one client's extra loss terms from its trainable parameters ``params``
+        (``{name: tensor}``, differentiable), its ``captured`` tensors, the step's ``batch`` (as the task
+        loss sees it) and the model's output ``out``."""
         return {}
 
     def group_before_step(self, grads: Mapping[str, Tensor], captured: State,

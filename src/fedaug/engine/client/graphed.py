@@ -2,35 +2,31 @@
 client (``train.cuda_graph``, issue 39), so that a small model's step costs one graph launch instead of
 hundreds of kernel launches.
 
-A worker's :class:`GraphedSteps` owns static tensors that every replay reads and writes at fixed
-addresses: the worker model's own parameters and buffers (each client's ``receive`` loads its
-weights into them in place), a local optimiser whose state is zeroed in place for each client
-(:func:`reset_optimizer_state_`), a copy of the components' per-client tensors
-(:meth:`~fedaug.methods.component.Component.group_capture`, copied in for each client:
-:func:`copy_state_`), each graph's input batch, and the sums of the loss and its terms. One step
-is what one client of a group computes (:mod:`fedaug.engine.client.grouped`, without ``vmap``): the forward
-pass, the task loss and every component's loss terms (``group_loss_terms``), backward, every
-component's ``group_before_step`` (SCAFFOLD's correction), the optimiser's step, the sums. It is
-captured once per batch shape and learning rate (:func:`graph_key`: a last partial batch, a client
-smaller than a batch, a scheduled learning rate each get their own graph; at most :data:`MAX_GRAPHS`
-are kept), after a few warm-up steps on a side stream that are then undone (PyTorch's notes on CUDA
-graphs, "whole-network capture").
+What is captured is the one client step of :mod:`~fedaug.engine.client.step` (its loss and update); the
+step's input (the batch through the components' ``transform_batch``, their draws: FFA's coin and noise) is
+made before each replay, as an eager step makes it, and copied into the graph's static inputs. A worker's
+:class:`GraphedSteps` owns the static tensors that every replay reads and writes at fixed addresses: the
+worker model's own parameters and buffers (each client's ``receive`` loads its weights into them in place), a
+local optimiser whose state is zeroed in place for each client (:func:`reset_optimizer_state_`), a copy of the
+components' per-client tensors (``group_capture``, copied in for each client, :func:`copy_state_`, and handed
+back before ``reply``), each graph's inputs, and the sums of the loss and its terms. A step is captured once
+per input shape and learning rate (:func:`graph_key`: a last partial batch, a client smaller than a batch, a
+scheduled learning rate each get their own graph; at most :data:`MAX_GRAPHS` are kept), after a few warm-up
+steps that are then undone (PyTorch's notes on CUDA graphs, "whole-network capture").
 
-A recipe is captured when it can train grouped and draws no random numbers in its steps
-(:func:`graph_blockers`); otherwise its clients train eagerly, after one notice
-(:func:`graphed_steps`). A step that draws from the global random stream is refused when it is
-first captured. docs/engine.md, "CUDA graphs", states the expected numerics; this path has not yet
-run on a GPU.
+A recipe is captured when every component has step forms (:func:`~fedaug.engine.client.step.step_blockers`);
+otherwise its clients train eagerly, after one notice (:func:`graphed_steps`). A step that draws from the
+global random stream is refused when it is first captured. On a CPU, :class:`~fedaug.engine.client.capture.TracedCapture`
+gives a capture CUDA graphs' semantics, which is how the tests prove every capturable method equal to eager
+steps; docs/engine.md, "CUDA graphs", has the table.
 """
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -38,79 +34,27 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
-from fedaug.engine.client.grouped import client_loss, component_blocker, group_blockers, optimizer_step
+from fedaug.engine.client.capture import Capture, CudaGraphs
+from fedaug.engine.client.step import LossFn, StepInputs, plan_for, step_blockers
 from fedaug.engine.client.training import make_optimizer
 from fedaug.methods._common import trainable
-from fedaug.methods.component import ClientCtx, Component, State
-from fedaug.methods.recipe import Recipe, overrides
+from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.recipe import Recipe
 
 #: graphs kept per worker (least recently used dropped first; a dropped shape is captured again)
 MAX_GRAPHS = 8
 #: eager steps before a capture (PyTorch's example takes 3): lazy state, cuBLAS handles, allocator pools
 WARMUP_STEPS = 3
 
-#: ``(input batch shape, target batch shape, learning rate)``: what a captured step is specific to
-GraphKey = tuple[tuple[int, ...], tuple[int, ...], float]
-
-
-class Capture(Protocol):
-    """How :class:`GraphedSteps` warms up and captures a step (:class:`CudaGraphs` on a GPU)."""
-
-    def warm_up(self) -> contextlib.AbstractContextManager[None]:
-        """Where the warm-up steps before a capture run."""
-
-    def capture(self, body: Callable[[], None]) -> Callable[[], None]:
-        """``body`` captured without running it; returns what replays it."""
-
-    def rng_state(self) -> Tensor:
-        """The global random stream's state on the device (a step must not draw from it)."""
-
-
-class CudaGraphs:
-    """:class:`Capture` by :class:`torch.cuda.CUDAGraph` on ``device``: the warm-up runs on a side
-    stream that waits for the current one and is waited for after, as PyTorch's notes ask."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    @contextlib.contextmanager
-    def warm_up(self) -> Iterator[None]:
-        stream, current = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
-        stream.wait_stream(current)
-        with torch.cuda.stream(stream):
-            yield
-        current.wait_stream(stream)
-
-    def capture(self, body: Callable[[], None]) -> Callable[[], None]:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        return graph.replay
-
-    def rng_state(self) -> Tensor:
-        return torch.cuda.get_rng_state(self.device)
-
-
-def graph_blocker(c: Component) -> str:
-    """Why ``c``'s client steps cannot be captured (``""``: they can): why it cannot train grouped
-    (:func:`~fedaug.engine.client.grouped.component_blocker`), or that it draws random numbers in every step
-    (its ``group_inputs``: not captured yet)."""
-    if why := component_blocker(c):
-        return why
-    return "it draws random numbers in every step, which a captured step does not take yet" if overrides(
-        c, "group_inputs") else ""
-
-
-def graph_blockers(recipe: Recipe, model: nn.Module) -> list[str]:
-    """What keeps ``recipe`` on ``model`` from training by CUDA graphs, one entry per component (its
-    :func:`graph_blocker`) and one for a model with dropout (empty: nothing)."""
-    return group_blockers(recipe, model, graph_blocker)
+#: what a captured step is specific to (:func:`graph_key`): the shapes and dtypes of its inputs (the batch,
+#: the targets, each draw), then the learning rate (baked into the captured optimiser step)
+GraphKey = tuple[object, ...]
 
 
 def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module) -> GraphedSteps | None:
     """A worker's :class:`GraphedSteps` where ``cfg.cuda_graph`` is on and the recipe can be captured;
     ``None`` (eager steps) where it is off, or, with one notice (a :class:`UserWarning`) naming every
-    reason, where :func:`graph_blockers` finds one.
+    reason, where :func:`~fedaug.engine.client.step.step_blockers` finds one.
 
     Raises:
         ConfigError: ``cfg.cuda_graph`` with ``model`` on a device other than CUDA.
@@ -121,7 +65,7 @@ def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module) -> Graphed
     if device.type != "cuda":
         raise ConfigError(f"train.cuda_graph=true captures CUDA graphs, but the model is on {device}: set "
                           "device='cuda' (or 'auto' on a machine with CUDA) or train.cuda_graph=false")
-    blockers = graph_blockers(recipe, model)
+    blockers = step_blockers(recipe, model)
     if blockers:
         warnings.warn(f"train.cuda_graph=true: clients train eagerly, since {'; '.join(blockers)} cannot be "
                       "captured", UserWarning, stacklevel=2)
@@ -129,15 +73,20 @@ def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module) -> Graphed
     return GraphedSteps(recipe, model, cfg, CudaGraphs(device))
 
 
-def graph_key(batch_size: int, x: Tensor, y: Tensor, lr: float) -> GraphKey:
-    """The key of the graph that steps on a batch of ``batch_size`` samples of ``x`` ``(N, *shape)``
-    with targets from ``y`` ``(N, *target shape)`` at learning rate ``lr`` (baked into the captured
-    optimiser step).
+def graph_key(inputs: StepInputs, lr: float) -> GraphKey:
+    """The key of the graph that steps on ``inputs`` at learning rate ``lr``: the shape and dtype of every
+    input tensor, then ``lr``.
 
-    >>> graph_key(32, torch.zeros(100, 3, 28, 28), torch.zeros(100, dtype=torch.long), 0.05)
-    ((32, 3, 28, 28), (32,), 0.05)
+    >>> from fedaug.engine.client.step import StepInputs
+    >>> graph_key(StepInputs(torch.zeros(32, 3, 28, 28), torch.zeros(32, dtype=torch.long), {}), 0.05)
+    (((32, 3, 28, 28), torch.float32), ((32,), torch.int64), 0.05)
     """
-    return (batch_size, *x.shape[1:]), (batch_size, *y.shape[1:]), float(lr)
+    return (*((tuple(t.shape), t.dtype) for t in _input_leaves(inputs)), float(lr))
+
+
+def _input_leaves(inputs: StepInputs) -> list[Tensor]:
+    """The tensors of a step's input, in a fixed order (draws that are Python scalars made tensors)."""
+    return [inputs.x, inputs.y, *(torch.as_tensor(v) for v in state_leaves(inputs.drawn))]
 
 
 def reset_optimizer_state_(optimizer: torch.optim.Optimizer) -> None:
@@ -151,7 +100,7 @@ def reset_optimizer_state_(optimizer: torch.optim.Optimizer) -> None:
 
 
 def state_leaves(state: State) -> list[Tensor]:
-    """The tensors of a nested dict of tensors, in its order."""
+    """The leaves (tensors, or Python scalars of a step's draws) of a nested dict, in its order."""
     return [t for v in state.values() for t in (state_leaves(v) if isinstance(v, dict) else [v])]
 
 
@@ -181,22 +130,45 @@ def copy_state_(dst: State, src: State) -> None:
 
 @dataclass
 class Graphed:
-    """One captured step: its static input batch ``(B, *shape)``, targets and replay."""
+    """One captured step: its static inputs (the batch ``(B, *shape)``, the targets, the draws) and replay."""
 
-    x: Tensor
-    y: Tensor
+    inputs: StepInputs
     replay: Callable[[], None]
+
+    def load(self, inputs: StepInputs) -> None:
+        """Copy a step's input into the static one (Python scalars of the draws by ``fill_``)."""
+        with torch.no_grad():
+            for static, value in zip(_static_leaves(self.inputs), [inputs.x, inputs.y, *state_leaves(inputs.drawn)]):
+                if isinstance(value, Tensor):
+                    static.copy_(value)
+                else:
+                    static.fill_(value)
+
+
+def _static_leaves(inputs: StepInputs) -> list[Tensor]:
+    return [inputs.x, inputs.y, *state_leaves(inputs.drawn)]
+
+
+def _as_static(inputs: StepInputs, device: torch.device) -> StepInputs:
+    """Tensors of their own for a step's input (the graph's static inputs), Python scalars made tensors."""
+    def own(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: own(w) for k, w in v.items()}
+        return v.detach().clone() if isinstance(v, Tensor) else torch.tensor(v, device=device)
+
+    return StepInputs(inputs.x.detach().clone(), inputs.y.detach().clone(), own(inputs.drawn))  # type: ignore[arg-type]
 
 
 class GraphedSteps:
     """A worker's local steps by captured graphs (:data:`~fedaug.engine.client.training.LocalSteps`, module docstring).
 
     Args:
-        recipe: the method; :func:`graph_blockers` finds nothing.
+        recipe: the method; :func:`~fedaug.engine.client.step.step_blockers` finds nothing.
         model: the worker model, on the device ``capture`` captures on; its trainable parameters
             must stay the same tensors (they are the graphs' static parameters).
         cfg: local training options (SGD or Adam; float32).
-        capture: how steps are warmed up and captured (:class:`CudaGraphs`).
+        capture: how steps are warmed up and captured (:class:`~fedaug.engine.client.capture.CudaGraphs`;
+            :class:`~fedaug.engine.client.capture.TracedCapture` on a CPU).
         max_graphs: graphs kept (:data:`MAX_GRAPHS`).
     """
 
@@ -204,27 +176,26 @@ class GraphedSteps:
                  max_graphs: int = MAX_GRAPHS) -> None:
         self.recipe, self.model, self.capture, self.max_graphs = recipe, model, capture, max_graphs
         self.params = trainable(model)
-        self.consts = {k: t for k, t in (*model.named_parameters(), *model.named_buffers()) if k not in self.params}
-        self.optimizer = make_optimizer(list(self.params.values()), cfg, cfg.lr,
-                                        capturable=module_device(model).type == "cuda")
-        self.adjusters = recipe.per_batch["before_step"]
+        self.optimizer = make_optimizer(list(self.params.values()), cfg, cfg.lr)
         self.graphs: OrderedDict[GraphKey, Graphed] = OrderedDict()
         self.captured: State | None = None  # the components' per-client tensors, static
         self.total: Tensor | None = None  # the sum of the steps' total losses, static
         self.sums: dict[str, Tensor] = {}  # the sums of each loss term, static
         self.num_captures = 0
-        self._loss: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None = None
+        self._loss: LossFn | None = None
 
     def __call__(self, ctx: ClientCtx, views: dict[str, ClientCtx],
                  steps: list[Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """The client's steps (after every ``receive``): its tensors into the static ones, then per
-        batch, the batch into its graph's static input and a replay.
+        batch, the step's input into its graph's static one and a replay; the components' tensors handed
+        back at the end.
 
         Returns:
             The sums of the steps' total losses and of each loss term: static tensors, valid until
             the next call.
         """
-        captured = {c.name: c.group_capture(views[c.name]) for c in self.recipe.participants("train")}
+        plan = plan_for(self.recipe, self.model, ctx.task.loss)
+        captured = plan.capture(views)
         if self.captured is None:
             self.captured = _cloned(captured)
         else:
@@ -235,37 +206,42 @@ class GraphedSteps:
         torch._foreach_zero_([self.total, *self.sums.values()])
         x, y = ctx.data.x, ctx.data.y
         for idx in steps:
-            key = graph_key(len(idx), x, y, ctx.lr)
+            inputs = plan.prepare(views, Batch(x[idx], y[idx]))
+            key = graph_key(inputs, ctx.lr)
             graph = self.graphs.get(key)
             if graph is None:
-                graph = self._capture(key, ctx, x[idx], y[idx])
+                graph = self._capture(key, ctx, inputs)
             else:
                 self.graphs.move_to_end(key)
-            torch.index_select(x, 0, idx, out=graph.x)
-            torch.index_select(y, 0, idx, out=graph.y)
+            graph.load(inputs)
             graph.replay()
+        plan.restore(views, self.captured)
         return self.total, self.sums if steps else {}
 
     def _static(self) -> list[Tensor]:
         """Every tensor a step writes or reads across steps, as far as it exists yet."""
         opt = [v for s in self.optimizer.state.values() for v in s.values() if isinstance(v, Tensor)]
         sums = [] if self.total is None else [self.total, *self.sums.values()]
-        return [*self.params.values(), *self.consts.values(), *state_leaves(self.captured or {}), *opt, *sums]
+        model = [t for t in (*self.model.parameters(), *self.model.buffers())]
+        return [*model, *state_leaves(self.captured or {}), *opt, *sums]
 
-    def _capture(self, key: GraphKey, ctx: ClientCtx, x: Tensor, y: Tensor) -> Graphed:
-        """Capture the step on batch ``x``, ``y`` at ``ctx.lr`` as ``key``'s graph: warm-up steps on the
-        batch, undone after (the model, optimiser state and sums as they were), then the capture."""
+    def _capture(self, key: GraphKey, ctx: ClientCtx, inputs: StepInputs) -> Graphed:
+        """Capture the step on ``inputs`` at ``ctx.lr`` as ``key``'s graph: warm-up steps on them, undone
+        after (the model, optimiser state and sums as they were), then the capture."""
+        plan = plan_for(self.recipe, self.model, ctx.task.loss)
         if self._loss is None:
-            self._loss = client_loss(self.recipe, self.model, ctx.task.loss)
-        lr, static = ctx.lr, Graphed(x.clone(), y.clone(), lambda: None)
+            self._loss = plan.loss()
+        lr, static = ctx.lr, Graphed(_as_static(inputs, ctx.device), lambda: None)
         saved = [(t, t.detach().clone()) for t in self._static()]
         fresh = not self.optimizer.state
         rng = self.capture.rng_state()
+        captured = self.captured
 
         def step() -> tuple[Tensor, dict[str, Tensor]]:
             self.optimizer.param_groups[0]["lr"] = lr  # read (and baked in) when the step is captured
-            return optimizer_step(self._loss, self.optimizer, self.adjusters, self.params, self.captured,
-                                  (self.consts, self.captured, {}, static.x, static.y))
+            s = static.inputs
+            return plan.update(self._loss, self.optimizer, self.params, captured,  # type: ignore[arg-type]
+                               (None, None, captured, s.drawn, s.x, s.y))
 
         with self.capture.warm_up():
             for _ in range(WARMUP_STEPS):

@@ -21,6 +21,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
+from fedaug.engine.client.step import plan_for
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 
@@ -31,13 +32,15 @@ from fedaug.methods.recipe import Recipe
 LocalSteps = Callable[[ClientCtx, dict[str, ClientCtx], list[Tensor]], tuple[Tensor, dict[str, Tensor]]]
 
 
-def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float,
-                   capturable: bool = False) -> torch.optim.Optimizer:
-    """A fresh local optimiser over ``params``; ``capturable``: Adam keeps its step count on the
-    parameters' device, so that a CUDA graph can capture its step (SGD's step is capturable as it is)."""
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """A fresh local optimiser over ``params``. On CUDA, Adam is capturable in every execution (its step count
+    and bias corrections on the device, in float32), so that eager, grouped and captured steps compute the
+    same arithmetic (SGD's step is capturable as it is); elsewhere torch's default (the step count on the
+    host, the bias corrections in float64)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
+        capturable = bool(params) and params[0].device.type == "cuda"
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay, capturable=capturable)
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
 
@@ -145,7 +148,7 @@ def train_client(
         The uplink message, the training metrics and the client's new per-client state.
     """
     steps = batch_indices(len(ctx.data), cfg, ctx.view("engine").rng("shuffle"))
-    ctx = ctx.with_fields(num_steps=len(steps))
+    ctx = ctx.with_fields(num_steps=len(steps), train=cfg)
     views = component_views(recipe, ctx)
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.participants("train"):
@@ -165,32 +168,33 @@ def train_client(
 def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], steps: list[Tensor], *,
                 cfg: TrainConfig, precision: str = "32",
                 optimizers: LocalOptimizer | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """The client's local steps, one batch of ``ctx.data`` per index tensor of ``steps``, each through
-    every component's per-batch hooks (:data:`LocalSteps`; the arguments as :func:`train_client`'s)."""
+    """The client's local steps, one batch of ``ctx.data`` per index tensor of ``steps``: the one step of
+    :mod:`~fedaug.engine.client.step` on the model's own parameters, with mixed precision where
+    ``precision`` asks (the forward pass and loss under autocast; ``"16-mixed"``'s scaler) and a component's
+    replaced optimiser step (SAM) where the recipe has one (:data:`LocalSteps`; the arguments as
+    :func:`train_client`'s). A step's input and draws are made once per step, also when a replaced step
+    evaluates the loss twice."""
     model, data = ctx.model, ctx.data
+    plan = plan_for(recipe, model, ctx.task.loss)
     optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
-    forwarder, lossfn, stepper = (recipe.replacer[h] for h in ("forward", "task_loss", "step"))
-    transforms, extras, adjusters = (recipe.per_batch[h] for h in ("transform_batch", "loss_terms", "before_step"))
+    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    stepper = recipe.replacer["step"]
     scaler = grad_scaler(ctx.device, precision)
+    loss = plan.loss(views)
+    captured = plan.capture(views)
     sums: dict[str, Tensor] = {}
     first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
 
     def closure() -> Tensor:
         optimizer.zero_grad(set_to_none=True)
         with autocast(ctx.device, precision):
-            out, target = forwarder.forward(views[forwarder.name], batch)
-            terms = {"task": lossfn.task_loss(views[lossfn.name], out, target)}
-            for c in extras:
-                for k, v in c.loss_terms(views[c.name], target, out).items():
-                    terms[f"{c.name}/{k}"] = v
-            total = sum(terms.values()) if len(terms) > 1 else terms["task"]
+            total, terms = loss(None, None, captured, inputs.drawn, inputs.x, inputs.y)
         if scaler is None:
             total.backward()
         else:
             scaler.scale(total).backward()
             scaler.unscale_(optimizer)
-        for c in adjusters:
-            c.before_step(views[c.name], optimizer)
+        plan.adjust(optimizer, params, captured, views)
         if first_call[0]:
             for k, v in terms.items():
                 sums[k] = sums.get(k, 0.0) + v.detach()
@@ -200,16 +204,17 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
     def step() -> Tensor:
         if scaler is None:
             return stepper.step(views[stepper.name], optimizer, closure)
-        loss = closure()  # the default step, with the scaler's (no component replaces it)
+        total = closure()  # the default step, with the scaler's (no component replaces it)
         scaler.step(optimizer)
         scaler.update()
-        return loss
+        return total
 
     total_sum = torch.zeros((), device=ctx.device)
     for idx in steps:
-        batch = transform_inputs(transforms, views, Batch(data.x[idx], data.y[idx]))
+        inputs = plan.prepare(views, Batch(data.x[idx], data.y[idx]))
         first_call[0] = True
         total_sum += step()
+    plan.restore(views, captured)
     return total_sum, sums
 
 

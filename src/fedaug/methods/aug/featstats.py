@@ -39,7 +39,7 @@ from fedaug.privacy.release import GaussianRelease
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
 #: a layer's per-client state in a grouped step (:class:`~fedaug.layers.ffa.Drawn`).
-LAYER_STATE = ("running_mean", "running_std", "shared_mu", "shared_sigma")
+LAYER_STATE = ("running_mean", "running_std", "shared_mu", "shared_sigma", "update_weights", "momentum_weights")
 #: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the device's fused kernel.
 KERNEL_MODES = compiled.MODES
 
@@ -212,7 +212,12 @@ class FeatureStatsAug(Component, abc.ABC):
         up = {k: add_gaussian_noise(v, self.share_noise, g, scale=self.share_noise_scale) for k, v in up.items()}
         return up, self.client_state(self.layers)
 
-    # --- grouped training (fedaug.engine.client.grouped; offered by subclasses through group_blocker) -----
+    # --- the step forms (fedaug.engine.client.step: eager, grouped and captured training) ------
+    def group_blocker(self) -> str:
+        """Nothing: the layers' draws are made before each step and their state is the step's tensors (under
+        ``vmap`` the layers take the pure-PyTorch autograd path, whatever ``kernel`` says)."""
+        return ""
+
     def group_capture(self, ctx: ClientCtx) -> State:
         """Each layer's running statistics and server quantities as :meth:`receive` set them ``(C,)``."""
         return {n: {k: getattr(layer, k).detach().clone() for k in LAYER_STATE} for n, layer in self.layers.items()}

@@ -100,11 +100,6 @@ class FedFA(FeatureStatsAug):
         self.warn_if_stats_unused()
         self.declare_releases()
 
-    def group_blocker(self) -> str:
-        if self.kernel == "on":
-            return "its fused kernel (kernel='on') has no batched form; set fedfa.kernel='off'"
-        return ""
-
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, momentum=self.momentum, variance=self.variance, lam=self.lam,
                         estimator="official" if self.official_compat else "paper", eps=self.eps, kernel=self.kernel)

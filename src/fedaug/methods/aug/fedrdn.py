@@ -26,6 +26,7 @@ Protocol (the paper computes statistics "before the start of training"; here, wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -105,6 +106,15 @@ def draw_pairs(num_pairs: int, batch_size: int, draw: str, generator: torch.Gene
     raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {draw!r}")
 
 
+class _Kept(NamedTuple):
+    """What FedRDN keeps of one client for a phase, by client id (:meth:`FedRDN.receive`)."""
+
+    train: tuple[Tensor, Tensor] | None  # (N', C) pairs, or one (C,) pair for FedRDN-V (training only)
+    eval: tuple[Tensor, Tensor]  # one (C,) pair
+    upload: tuple[Tensor, Tensor] | None  # the client's own pair, (1, C) each, when it was computed now
+    channels: int
+
+
 @METHODS.register("fedrdn", "FedRDN: normalise each input with a random client's channel statistics")
 class FedRDN(Component):
     """Federated random data normalisation (Alg. 1: statistics; Alg. 2: augmentation).
@@ -150,11 +160,8 @@ class FedRDN(Component):
             self.releases = (GaussianRelease("fedrdn statistics", self.dp_noise, self.dp_clip, "once", "sample"),)
         self.variant = check_choice(self.name, "variant", variant, VARIANTS)
         self.draw = check_choice(self.name, "draw", draw, DRAWS)
-        empty = torch.zeros(0)
-        self._train: tuple[Tensor, Tensor] = (empty, empty)  # (N', C) pairs, or one (C,) pair for FedRDN-V
-        self._eval: tuple[Tensor, Tensor] = (empty, empty)  # one (C,) pair
-        self._channels = 0
-        self._upload: tuple[Tensor, Tensor] | None = None
+        self._phase: tuple[int, str] = (-1, "")  # the (round, phase) whose clients _clients keeps
+        self._clients: dict[int, _Kept] = {}
         self._in_channels: int | None = None  # the inputs' channels, from setup
 
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:
@@ -188,27 +195,33 @@ class FedRDN(Component):
             return mean, std
         return mean[own], std[own]  # Eq. 7: the client's own pair
 
+    def group_blocker(self) -> str:
+        """Nothing: its per-step work is the input's normalisation, made before each step, and what it keeps
+        of a client is kept by client id (so a group's clients, received one after another, keep theirs)."""
+        return ""
+
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         mean, std, own, fresh = self._federation(ctx, part, state)
-        if not ctx.training:  # evaluation: the client's own pair (Eq. 7), or FedRDN-V's average (Eq. 8)
-            self._eval = self._pairs(mean, std, own, training=False)
-            return
-        self._upload = (mean[own : own + 1], std[own : own + 1]) if fresh else None
-        self._channels = mean.shape[1]
-        self._train = self._pairs(mean, std, own, training=True)
-        self._eval = self._pairs(mean, std, own, training=False)
+        if self._phase != (ctx.round, ctx.phase):  # what the last phase kept is no longer needed
+            self._phase, self._clients = (ctx.round, ctx.phase), {}
+        upload = (mean[own : own + 1], std[own : own + 1]) if fresh and ctx.training else None
+        train = self._pairs(mean, std, own, training=True) if ctx.training else None
+        # evaluation: the client's own pair (Eq. 7), or FedRDN-V's average (Eq. 8)
+        self._clients[ctx.client_id] = _Kept(train, self._pairs(mean, std, own, training=False), upload, mean.shape[1])
 
     def transform_batch(self, ctx: ClientCtx, batch: Batch) -> Batch:
-        mean, std = self._train if ctx.training else self._eval
+        kept = self._clients[ctx.client_id]
+        mean, std = kept.train if ctx.training else kept.eval
         if mean.dim() == 1:  # evaluation, or FedRDN-V
             return Batch(normalize_channels(batch.x, mean, std), batch.y)
         i, j = draw_pairs(mean.shape[0], batch.x.shape[0], self.draw, ctx.rng("pick"))
         return Batch(normalize_channels(batch.x, mean[i], std[j]), batch.y)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
-        empty = torch.zeros(0, self._channels, device=ctx.device)
-        mean, std = self._upload or (empty, empty)
-        if self._upload is not None and self.dp_clip is not None:
+        kept = self._clients[ctx.client_id]
+        empty = torch.zeros(0, kept.channels, device=ctx.device)
+        mean, std = kept.upload or (empty, empty)
+        if kept.upload is not None and self.dp_clip is not None:
             mean, std = (v[None] for v in private_client_stats(ctx.data.x, self.dp_clip, self.dp_noise, ctx.rng("dp")))
         g = ctx.rng("noise")
         mean = add_gaussian_noise(mean.clone(), self.share_noise, g, scale=self.share_noise_scale)

@@ -37,17 +37,14 @@ class FedNova(FedAvg):
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         super().receive(ctx, part, state)
-        self._momentum: float | None = None
-
-    def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
-        if self._momentum is None:
-            self._momentum = sgd_momentum(optimizer, "fednova normalises SGD updates")
+        if ctx.training:
+            self._momentum = sgd_momentum(ctx, "fednova normalises SGD updates")
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         part, state = super().reply(ctx)
         if not ctx.training:
             return part, state
-        part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum or 0.0), device=ctx.device)
+        part["a_norm"] = torch.tensor(normalizing_norm(ctx.num_steps, self._momentum), device=ctx.device)
         return part, state
 
     def init_server(self, model: nn.Module, num_clients: int) -> State:

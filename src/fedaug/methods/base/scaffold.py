@@ -71,26 +71,17 @@ class SCAFFOLD(FedAvg):
         self._x = detached(params)
         self._c = {k: part[CONTROL + k] for k in params}
         self._ci = state.get("control") or {k: torch.zeros_like(p) for k, p in self._x.items()}
-        self._correction = [(p, self._c[k] - self._ci[k]) for k, p in params.items()]
-        self._momentum: float | None = None
-
-    def before_step(self, ctx: ClientCtx, optimizer: torch.optim.Optimizer) -> None:
-        if self._momentum is None:
-            self._momentum = sgd_momentum(optimizer, "scaffold's option-II control variates assume SGD steps")
-        for p, corr in self._correction:
-            if p.grad is not None:
-                p.grad.add_(corr)
+        self._correction = {k: self._c[k] - self._ci[k] for k in params}
+        self._momentum = sgd_momentum(ctx, "scaffold's option-II control variates assume SGD steps")
 
     def group_capture(self, ctx: ClientCtx) -> State:
         """This client's global weights x, variates c and c_i, and its gradient correction ``c - c_i``."""
         return {**super().group_capture(ctx), "x": self._x, "c": self._c, "ci": self._ci,
-                "correction": {k: corr for k, (_, corr) in zip(self._x, self._correction)}}
+                "correction": self._correction}
 
     def group_before_step(self, grads: Mapping[str, Tensor], captured: State,
                           optimizer: torch.optim.Optimizer) -> None:
-        """Line 10 for the whole group: each client's stacked gradient plus its ``c - c_i``."""
-        if self._momentum is None:
-            self._momentum = sgd_momentum(optimizer, "scaffold's option-II control variates assume SGD steps")
+        """Line 10: the gradient plus ``c - c_i`` (each client's, on a group's stacked gradients)."""
         for k, corr in captured["correction"].items():
             if k in grads:
                 grads[k].add_(corr)
@@ -104,7 +95,7 @@ class SCAFFOLD(FedAvg):
         if not ctx.training:
             return part, state
         y = trainable(ctx.model)
-        momentum = (self._momentum or 0.0) if self.momentum_aware else 0.0
+        momentum = self._momentum if self.momentum_aware else 0.0
         scale = 1.0 / (normalizing_norm(ctx.num_steps, momentum) * ctx.lr)
         ci_new = {k: self._ci[k] - self._c[k] + scale * (self._x[k] - y[k].detach()) for k in self._x}
         part.update({DELTA + k: ci_new[k] - self._ci[k] for k in self._x})

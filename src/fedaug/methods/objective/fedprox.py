@@ -41,15 +41,13 @@ class FedProx(Component):
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
         self._anchor = detached(trainable(ctx.model))
 
-    def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:
-        return {"prox": self.mu / 2 * squared_distance(trainable(ctx.model), self._anchor)}
-
     def group_blocker(self) -> str:
         return ""
 
     def group_capture(self, ctx: ClientCtx) -> State:
         return {"anchor": self._anchor}
 
-    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State) -> dict[str, Tensor]:
-        """The proximal term of one client of a group, over its (trainable) ``params``."""
+    def group_loss_terms(self, params: Mapping[str, Tensor], captured: State, batch: Batch,
+                         out: Tensor) -> dict[str, Tensor]:
+        """The proximal term ``mu/2 ||w - w^t||^2`` over the client's trainable ``params`` (Eq. 2)."""
         return {"prox": self.mu / 2 * squared_distance(params, captured["anchor"])}
