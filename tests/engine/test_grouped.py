@@ -1,6 +1,6 @@
 """Grouped clients (``train.group_clients``, issues 39 and 45): a group trained as one batched model gives
 one-at-a-time training's records and weights within the tolerance docs/engine.md states, for fedavg, fedbn,
-fedprox, scaffold, and the papers' methods FedFA (both kernels), VFDA and FedRDN, with no fallback notice;
+fedprox, scaffold, and the papers' methods FedFA (both kernels), VFDA, FedRDN and FLea, with no fallback notice;
 clients of different batch schedules go in separate groups; a recipe that cannot group trains one at a time
 after one notice; a resumed grouped run equals the uninterrupted one."""
 
@@ -52,6 +52,10 @@ METHODS: dict[str, tuple[str, list[str], dict[str, Any], dict[str, float]]] = {
     "fedfa_kernel": ("fedavg", ["fedfa"], {"fedfa": {"kernel": "on"}}, {"rtol": 2e-3, "atol": 5e-4}),
     "vfda": ("fedavg", ["vfda"], {}, {"rtol": 2e-3, "atol": 5e-4}),
     "fedrdn": ("fedavg", ["fedrdn"], {}, {"rtol": 1e-5, "atol": 1e-6}),
+    # FLea: its split forward and mixing (the pairs drawn per client before each step), distillation against
+    # the round's global model and dCor, on the step's parameters; a 2-3x wider bound than fedavg's (its
+    # extra forward passes and dCor's pairwise distances round in batched kernels too)
+    "flea": ("fedavg", ["flea"], {}, {"rtol": 3e-5, "atol": 3e-6}),
     # FedAvg clipping its update on the client, against the weights it received (the same for every client
     # of a round here, so this checks client-side clipping grouped, not which client's copy is restored)
     "fedavg_clip": ("fedavg", [], {"fedavg": {"clip_norm": 0.05, "clip_at": "client"}}, {"rtol": 1e-5, "atol": 1e-6}),
@@ -60,8 +64,8 @@ METHODS: dict[str, tuple[str, list[str], dict[str, Any], dict[str, float]]] = {
     "fedadam": ("fedadam", [], {}, {"rtol": 1e-5, "atol": 1e-6}),
 }
 #: every registered component that trains grouped (any other makes its recipe train one at a time)
-GROUPABLE = ["fedadam", "fedavg", "fedavgm", "fedbn", "fedfa", "fedprox", "fedrdn", "fedyogi", "krum", "median",
-             "scaffold", "trimmed_mean", "vfda"]
+GROUPABLE = ["fedadam", "fedavg", "fedavgm", "fedbn", "fedfa", "fedprox", "fedrdn", "fedyogi", "flea", "krum",
+             "median", "scaffold", "trimmed_mean", "vfda"]
 
 
 def config(method: str, group: int, rounds: int = 3, **train: Any) -> RunConfig:

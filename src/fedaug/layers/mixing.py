@@ -14,7 +14,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedaug.layers.functional import channel_stats, restyle_channels
@@ -56,10 +55,12 @@ def sample_beta(alpha: float, size: int, generator: torch.Generator) -> Tensor:
 
 
 def soft_labels(y: Tensor, num_classes: int) -> Tensor:
-    """Class indices ``(B,)`` int64 as one-hot float32 ``(B, K)``; soft labels ``(B, K)`` pass through."""
+    """Class indices ``(B,)`` int64 as one-hot float32 ``(B, K)``; soft labels ``(B, K)`` pass through. By a
+    comparison with the class range, not :func:`torch.nn.functional.one_hot`, which reads the labels' maximum
+    on the host (a synchronisation a batched or captured step cannot take; the loaders check the labels)."""
     if y.is_floating_point():
         return y
-    return F.one_hot(y, num_classes).float()
+    return (y[:, None] == torch.arange(num_classes, device=y.device)).float()
 
 
 def mix(a: Tensor, b: Tensor, lam: Tensor | float) -> Tensor:

@@ -155,6 +155,9 @@ class ClientCtx:
 
 
 Closure = Callable[[], Tensor]
+#: how a replaced forward pass runs (part of) a model with the step's parameters
+#: (:meth:`Component.group_replace_forward`)
+Runner = Callable[..., Any]
 
 
 def transform_inputs(components: Sequence["Component"], views: Mapping[str, ClientCtx], batch: Batch) -> Batch:
@@ -267,6 +270,17 @@ class Component:
         the drawn noise instead of drawing. Tensors of ``captured`` updated in place there (running
         statistics) are what :meth:`group_restore` receives."""
         return nullcontext()
+
+    def group_replace_forward(self, run: Runner, captured: State, inputs: State, batch: Batch
+                              ) -> tuple[Tensor, Batch, dict[str, Tensor]]:
+        """The step form of a replaced :meth:`forward` (every execution calls it, also eagerly; at most one
+        component per recipe replaces the forward pass): the output, the batch the task loss sees, and this
+        component's own loss terms of the step, from the client's ``captured`` tensors and its step
+        ``inputs`` (:meth:`group_inputs`). ``run(fn, *args)`` runs ``fn(model, *args)`` with the step's
+        parameters (the worker model's own, or one client's of a group); ``run(fn, *args, module=m,
+        state=s)`` runs ``fn(m, *args)`` with ``m``'s parameters and buffers ``s`` where the step is batched
+        (``m`` as it is otherwise, e.g. FLea's frozen global model). Default: the model on the batch, no terms."""
+        return run(lambda model, x: model(x), batch.x), batch, {}
 
     def group_loss_terms(self, params: Mapping[str, Tensor], captured: State, batch: Batch,
                          out: Tensor) -> dict[str, Tensor]:

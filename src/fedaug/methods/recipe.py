@@ -27,6 +27,12 @@ def overrides(component: Component, hook: str) -> bool:
     return getattr(type(component), hook) is not getattr(Component, hook)
 
 
+def replaces(component: Component, hook: str) -> bool:
+    """Whether ``component`` replaces the replaceable ``hook`` (:data:`REPLACEABLE`): overrides it, or, for
+    ``forward``, its step form ``group_replace_forward``."""
+    return overrides(component, hook) or (hook == "forward" and overrides(component, "group_replace_forward"))
+
+
 class Recipe:
     """One server rule, then local objectives and augmentations in order.
 
@@ -62,7 +68,7 @@ class Recipe:
             problems.append(f"component(s) listed twice: {', '.join(repeated)}")
         self.replacer: dict[str, Component] = {}
         for hook in REPLACEABLE:
-            owners = [c for c in components if overrides(c, hook)]
+            owners = [c for c in components if replaces(c, hook)]
             if len(owners) > 1:
                 problems.append(
                     f"both '{owners[0].name}' and '{owners[1].name}' replace '{hook}'; "

@@ -13,7 +13,6 @@ minimises its square root (``squared=False``). Both are differentiable, so eithe
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
@@ -21,8 +20,9 @@ from torch import Tensor
 from fedaug.core.errors import ConfigError
 
 
-def _power_of_two_scale(sq: Tensor) -> float:
-    """``2^-2k`` with ``2^k`` the power of two nearest the root-mean-square distance (from ``sq``).
+def _power_of_two_scale(sq: Tensor) -> Tensor:
+    """``2^-2k`` with ``2^k`` the power of two nearest the root-mean-square distance (from ``sq``), a 0-d
+    tensor: computed on the device, without a host read (so that a batched or captured step can take it).
 
     Multiplying squared distances by a power of two is exact in floating point (no rounding, as
     long as no value leaves the normal range), so distances standardised this way give bit for bit
@@ -30,10 +30,11 @@ def _power_of_two_scale(sq: Tensor) -> float:
     batch's own scale.
 
     Args:
-        sq: ``(n, n)`` squared Euclidean distances, not all zero (read without gradient).
+        sq: ``(n, n)`` squared Euclidean distances (read without gradient; all zero: the scale is 1).
     """
-    _, exponent = math.frexp(float(sq.detach().mean()))  # mean = m 2^exponent, m in [0.5, 1)
-    return math.ldexp(1.0, -2 * (exponent // 2))
+    mean = sq.detach().mean()
+    _, exponent = torch.frexp(mean)  # mean = m 2^exponent, m in [0.5, 1)
+    return torch.ldexp(torch.ones_like(mean), -2 * torch.div(exponent, 2, rounding_mode="floor"))
 
 
 def _squared_distances(z: Tensor) -> Tensor:
@@ -72,12 +73,12 @@ def centred_distances(z: Tensor, eps: float = 1e-12) -> Tensor:
         differentiable w.r.t. ``z``.
     """
     n = z.shape[0]
-    if not bool((z != z[:1]).any()):  # a constant side: no distances, no unit (zero gradient, no NaN)
-        return z.new_zeros(n, n) * z.sum()
+    constant = ~(z != z[:1]).any()  # a constant side: no distances, no unit (zero gradient, no NaN)
     sq = _squared_distances(z)
     sq = sq * _power_of_two_scale(sq)
     e = torch.sqrt(sq.clamp_min(eps)) * (1 - torch.eye(n, dtype=z.dtype, device=z.device))
-    return e - e.mean(0, keepdim=True) - e.mean(1, keepdim=True) + e.mean()
+    centred = e - e.mean(0, keepdim=True) - e.mean(1, keepdim=True) + e.mean()
+    return torch.where(constant, z.new_zeros(n, n) * z.sum(), centred)
 
 
 def distance_correlation(x: Tensor, f: Tensor, *, squared: bool = True, eps: float = 1e-12) -> Tensor:
@@ -115,5 +116,5 @@ def distance_correlation(x: Tensor, f: Tensor, *, squared: bool = True, eps: flo
     b = centred_distances(f.flatten(1).to(a.dtype), eps)
     v_xf, v_xx, v_ff = (a * b).mean(), (a * a).mean(), (b * b).mean()
     denom = torch.sqrt((v_xx * v_ff).clamp_min(eps))
-    r2 = (v_xf / denom).clamp(0.0, 1.0) if bool(v_xx * v_ff > eps) else v_xf * 0.0
+    r2 = torch.where(v_xx * v_ff > eps, (v_xf / denom).clamp(0.0, 1.0), v_xf * 0.0)
     return r2 if squared else torch.sqrt(r2.clamp_min(eps)) * (r2 > 0)

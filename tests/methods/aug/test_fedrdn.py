@@ -104,7 +104,7 @@ def test_a_client_uploads_its_statistics_once_and_the_server_keeps_a_table():
     empty = fedrdn.init_server(torch.nn.Identity(), 8)
     ctx = make_ctx(x, client_id=7)
     fedrdn.receive(ctx, fedrdn.downlink(empty, 7), {})  # round 1: only its own pair
-    assert fedrdn._train[0].shape == (1, 2)
+    assert fedrdn._clients[7].train[0].shape == (1, 2)
     own = normalize_channels(x, *client_stats(ctx))  # Eq. 7, available from receive on (CCVR uses it)
     assert torch.equal(fedrdn.transform_batch(dataclasses.replace(ctx, phase="evaluate"), Batch(x, x[:, 0, 0, 0])).x, own)
     up, state = fedrdn.reply(ctx)
@@ -140,7 +140,7 @@ def test_pooled_evaluation_uses_each_samples_own_client_statistics(monkeypatch):
     original = FedRDN.transform_batch
 
     def spy(self, ctx, batch):
-        used.append((ctx.client_id, ctx.training, self._eval[0].clone()))
+        used.append((ctx.client_id, ctx.training, self._clients[ctx.client_id].eval[0].clone()))
         return original(self, ctx, batch)
 
     monkeypatch.setattr(FedRDN, "transform_batch", spy)

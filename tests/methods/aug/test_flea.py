@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
+import fedaug.methods.aug.flea as flea_module
 from fedaug.analysis.probe import global_model
 from fedaug.config.schema import validate
 from fedaug.core.errors import ConfigError
@@ -127,7 +128,7 @@ def test_dcor_weight_schedule_golden_values_per_round():
 
 
 @pytest.mark.parametrize("squared", [True, False])
-def test_dcor_term_is_between_the_raw_local_batch_and_its_unmixed_features(squared):
+def test_dcor_term_is_between_the_raw_local_batch_and_its_unmixed_features(squared, monkeypatch):
     # Eq. 5 / Eq. 8: L_dec(B) on the local batch B only, f = theta_k[:l](x) before the mixing of Eq. 2,
     # weighted by lambda2 of the round (Eq. 6)
     sim = build_simulation(flea_cfg(participation=1.0, num_clients=3, dcor_final_weight=1.0, dcor_squared=squared))
@@ -138,10 +139,14 @@ def test_dcor_term_is_between_the_raw_local_batch_and_its_unmixed_features(squar
     flea.receive(ctx, flea.downlink(sim.server["flea"], cid), {})
     sim.model.train()
     x, y = data.x[:16], data.y[:16]
-    out, target = flea.forward(ctx, Batch(x, y))
-    terms = flea.loss_terms(ctx, target, out)
+    run = lambda fn, *args, module=None, state=None: fn(sim.model if module is None else module, *args)  # noqa: E731
+    inputs = flea.group_inputs(ctx, 16)
+    seen = []
+    back = flea_module.forward_back
+    monkeypatch.setattr(flea_module, "forward_back", lambda model, f, stage: seen.append(f) or back(model, f, stage))
+    out, target, terms = flea.group_replace_forward(run, flea.group_capture(ctx), inputs, Batch(x, y))
     f = forward_front(sim.model, x, "block2")
-    f_mix = flea._batch[3]
+    f_mix = seen[0]  # what the back of the model ran on
     assert not torch.allclose(f_mix, f)  # the batch was mixed with buffer features
     want = 2.9 * distance_correlation(x, f, squared=squared)  # lambda2(2) = 3 - 0.1
     assert float(terms["dcor"].detach()) == pytest.approx(float(want.detach()), rel=1e-5)

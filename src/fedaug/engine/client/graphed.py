@@ -196,8 +196,9 @@ class GraphedSteps:
         """
         plan = plan_for(self.recipe, self.model, ctx.task.loss)
         captured = plan.capture(views)
-        if self.captured is None:
-            self.captured = _cloned(captured)
+        if self.captured is None or _layout(self.captured) != _layout(captured):
+            self.captured = _cloned(captured)  # a new layout (FLea's buffer grew): new static tensors, new graphs
+            self.graphs.clear()
         else:
             copy_state_(self.captured, captured)
         reset_optimizer_state_(self.optimizer)
@@ -267,6 +268,11 @@ class GraphedSteps:
         if len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)
         return static
+
+
+def _layout(state: State) -> object:
+    """The structure, shapes and dtypes of a nested dict of tensors (what a graph's static copy depends on)."""
+    return {k: _layout(v) if isinstance(v, dict) else (tuple(v.shape), v.dtype) for k, v in state.items()}
 
 
 def _cloned(state: State) -> State:

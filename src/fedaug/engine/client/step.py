@@ -21,9 +21,11 @@ component's ``group_capture`` returns after ``receive`` are what the step reads 
 ``group_restore`` hands them back before ``reply``; never a Python attribute, which a replay would not
 update.
 
-A component that overrides a client hook without a step form (it replaces the forward pass, the task loss or
-the optimiser step, or has only the eager ``loss_terms`` / ``before_step``) still trains, eagerly: its hook
-runs there as written, and :func:`step_blockers` says why it cannot be grouped or captured.
+A component that overrides a client hook without a step form (it replaces the task loss or the optimiser
+step, or has only the eager ``forward`` / ``loss_terms`` / ``before_step``) still trains, eagerly: its hook
+runs there as written, and :func:`step_blockers` says why it cannot be grouped or captured. A forward pass
+replaced in its step form (``group_replace_forward``: FLea's split forward and feature mixing) runs in every
+execution.
 """
 
 from __future__ import annotations
@@ -38,14 +40,15 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedaug.methods.component import Batch, ClientCtx, Component, State, transform_inputs
-from fedaug.methods.recipe import Recipe, overrides
+from fedaug.methods.component import Batch, ClientCtx, Component, Runner, State, transform_inputs
+from fedaug.methods.recipe import Recipe, overrides, replaces
 
 #: each client hook a component may override, and its step form (``None``: none exists; ``""``: the hook
 #: itself runs in the step's eager input stage, so every execution can take it)
 STEP_FORMS: dict[str, str | None] = {
     "receive": "group_capture", "reply": "group_restore", "loss_terms": "group_loss_terms",
-    "before_step": "group_before_step", "transform_batch": "", "forward": None, "task_loss": None, "step": None,
+    "before_step": "group_before_step", "transform_batch": "", "forward": "group_replace_forward",
+    "task_loss": None, "step": None,
 }
 
 #: one client's loss: ``(params, consts, captured, inputs, x, y) -> (total, {term: value})``
@@ -114,12 +117,14 @@ class StepPlan:
         self.transforms = recipe.per_batch["transform_batch"]
         self.drawers = tuple(c for c in train if overrides(c, "group_inputs"))
         self.forwarders = tuple(c for c in train if overrides(c, "group_forward"))
-        self.loss_terms = tuple(c for c in recipe.components
-                                if overrides(c, "loss_terms") or overrides(c, "group_loss_terms"))
+        self.loss_terms = tuple(c for c in recipe.components if overrides(c, "loss_terms")
+                                or overrides(c, "group_loss_terms") or overrides(c, "group_replace_forward"))
         self.adjusters = tuple(c for c in recipe.components
                                if overrides(c, "before_step") or overrides(c, "group_before_step"))
-        replaced = {hook: c for hook, c in recipe.replacer.items() if overrides(c, hook)}
+        replaced = {hook: c for hook, c in recipe.replacer.items() if replaces(c, hook)}
         self.forwarder, self.task_replacer, self.stepper = (replaced.get(h) for h in ("forward", "task_loss", "step"))
+        #: whether the forward pass is replaced by a step form (``group_replace_forward``)
+        self.functional_forward = self.forwarder is not None and overrides(self.forwarder, "group_replace_forward")
 
     # --- 1. the input, eagerly ---------------------------------------------------------------
     def prepare(self, views: Mapping[str, ClientCtx], batch: Batch) -> StepInputs:
@@ -150,15 +155,18 @@ class StepPlan:
         """
         model, task_loss = self.model, self.task_loss
         forwarder, task_replacer = self.forwarder, self.task_replacer
-        terms_by = [(c, overrides(c, "group_loss_terms")) for c in self.loss_terms]
 
         def loss(params: dict[str, Tensor] | None, consts: dict[str, Tensor] | None, captured: State,
                  drawn: State, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-            batch = Batch(x, y)
+            batch, own_terms = Batch(x, y), {}
             with ExitStack() as stack:
                 for c in self.forwarders:
                     stack.enter_context(c.group_forward(captured.get(c.name, {}), drawn.get(c.name, {})))
-                if forwarder is not None:
+                if self.functional_forward:
+                    out, batch, own_terms = forwarder.group_replace_forward(  # type: ignore[union-attr]
+                        _runner(model, params, consts), captured.get(forwarder.name, {}),  # type: ignore[union-attr]
+                        drawn.get(forwarder.name, {}), batch)  # type: ignore[union-attr]
+                elif forwarder is not None:
                     out, batch = forwarder.forward(views[forwarder.name], batch)  # type: ignore[index]
                 elif params is None:
                     out = model(x)
@@ -166,10 +174,14 @@ class StepPlan:
                     out = functional_call(model, (params, consts), (x,))
             terms = {"task": task_loss(out, batch.y) if task_replacer is None
                      else task_replacer.task_loss(views[task_replacer.name], out, batch)}  # type: ignore[index]
-            for c, functional in terms_by:
-                own = (c.group_loss_terms(params if params is not None else _trainable(model),
-                                          captured.get(c.name, {}), batch, out) if functional
-                       else c.loss_terms(views[c.name], batch, out))  # type: ignore[index]
+            for c in self.loss_terms:
+                if c is forwarder and self.functional_forward:
+                    own = own_terms
+                elif overrides(c, "group_loss_terms"):
+                    own = c.group_loss_terms(params if params is not None else _trainable(model),
+                                             captured.get(c.name, {}), batch, out)
+                else:
+                    own = c.loss_terms(views[c.name], batch, out)  # type: ignore[index]
                 for k, v in own.items():
                     terms[f"{c.name}/{k}"] = v
             total = sum(terms.values()) if len(terms) > 1 else terms["task"]
@@ -206,6 +218,33 @@ class StepPlan:
         self.adjust(optimizer, params, captured)
         optimizer.step()
         return totals.detach(), {k: v.detach() for k, v in terms.items()}
+
+
+class _Apply(nn.Module):
+    """``fn(module, *args)`` as a module's forward, so that :func:`torch.func.functional_call` can run any part
+    of ``module`` with other parameters."""
+
+    def __init__(self, module: nn.Module, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.module, self.fn = module, fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(self.module, *args)
+
+
+def _runner(model: nn.Module, params: dict[str, Tensor] | None, consts: dict[str, Tensor] | None) -> Runner:
+    """The ``run`` of :meth:`~fedaug.methods.component.Component.group_replace_forward` for one step: eagerly
+    (``params`` ``None``) the modules as they are; batched, the step's parameters, or the ``state`` given."""
+    if params is None:
+        return lambda fn, *args, module=None, state=None: fn(model if module is None else module, *args)
+    own = {f"module.{k}": v for k, v in (*params.items(), *(consts or {}).items())}
+
+    def run(fn: Callable[..., Any], *args: Any, module: nn.Module | None = None, state: State | None = None) -> Any:
+        if module is None:
+            return functional_call(_Apply(model, fn), own, args)
+        return functional_call(_Apply(module, fn), {f"module.{k}": v for k, v in (state or {}).items()}, args)
+
+    return run
 
 
 def _trainable(model: nn.Module) -> dict[str, Tensor]:

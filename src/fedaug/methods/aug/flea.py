@@ -35,7 +35,7 @@ from fedaug.layers.mixing import soft_labels
 from fedaug.methods.options import check_choice, check_dp, check_noise, range_problem, require_classification
 from fedaug.methods.aug.flea_buffer import (distillation_loss, draw_pairs, empty_buffer, merge_buffer,
                                             mix_features, share_indices)
-from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
+from fedaug.methods.component import Batch, ClientCtx, Component, Phase, Runner, State, Uplink
 from fedaug.methods.recipe import METHODS
 from fedaug.models.split import extract_features, forward_back, forward_front, split_stages
 from fedaug.privacy.clip import clip_rows
@@ -49,7 +49,8 @@ DISTILL_ON = ("mixed", "buffer")
 
 @METHODS.register("flea", "FLea (KDD 2024): mixup with a buffer of shared dCor-obfuscated features + distillation")
 class FLea(Component):
-    """FLea's client training and feature buffer (replaces ``forward``).
+    """FLea's client training and feature buffer (replaces the forward pass, in its step form:
+    :meth:`group_replace_forward`, so FLea trains eagerly, grouped and captured alike).
 
     Args:
         stage: the split stage l (one of the model's ``split_stages``); default: the model's first
@@ -111,6 +112,8 @@ class FLea(Component):
         self.distill_on = check_choice(self.name, "distill_on", distill_on, DISTILL_ON)
         self.max_buffer, self.share_noise, self.share_noise_scale = max_buffer, float(share_noise), share_noise_scale
         self._teacher: nn.Module | None = None
+        #: whether Eq. 5's term is ever weighted (lambda2 > 0 in some round; its weight of the round is a tensor)
+        self._dcor = self.dcor_weight != 0 or self.dcor_final_weight not in (None, 0)
         self._shape: tuple[int, ...] | None = None  # one sample's features and the class count, from setup
         self._classes: int | None = None
 
@@ -145,6 +148,7 @@ class FLea(Component):
                 m._forward_pre_hooks.clear()
         self._teacher.load_state_dict(ctx.model.state_dict())
         self._teacher.eval()
+        self._task_loss, self._num_classes = ctx.task.loss, ctx.task.num_classes
         feats, labels = part["features"], part["labels"]
         self._buf_x, self._buf_y = feats[:0], labels
         if feats.shape[0]:
@@ -155,43 +159,60 @@ class FLea(Component):
             self._buf_x = feats.reshape(-1, *shape)
             self._buf_y = soft_labels(labels, ctx.task.num_classes)
 
-    def forward(self, ctx: ClientCtx, batch: Batch) -> tuple[Tensor, Batch]:
-        require_classification(ctx, self.name)
-        f = forward_front(ctx.model, batch.x, self.stage)
+    # --- the step (fedaug.engine.client.step: eager, grouped and captured training) -------------
+    def group_blocker(self) -> str:
+        """Nothing: the pairs are drawn before each step, the buffer and the global model are the step's
+        tensors, and the split forward runs on the step's parameters."""
+        return ""
+
+    def group_capture(self, ctx: ClientCtx) -> State:
+        """The buffer (features ``(M, *shape)``, soft labels ``(M, K)``), the global model's parameters and
+        buffers (theta(t), references), and lambda2 of the round, as tensors."""
+        return {"buf_x": self._buf_x, "buf_y": self._buf_y, "teacher": dict(self._teacher.state_dict()),
+                "lam2": torch.tensor(self.dcor_weight_at(ctx.round), device=ctx.device)}
+
+    def group_inputs(self, ctx: ClientCtx, batch_size: int) -> State:
+        """Each local sample's buffer row and mixing weight (Alg. 1 line 7), while the buffer holds any."""
+        if not self._buf_x.shape[0]:
+            return {}
+        j, beta = draw_pairs(batch_size, self._buf_x.shape[0], self.beta, ctx.rng("mix"))
+        return {"j": j, "beta": beta}
+
+    def group_replace_forward(self, run: Runner, captured: State, inputs: State, batch: Batch
+                              ) -> tuple[Tensor, Batch, dict[str, Tensor]]:
+        """The split forward with feature mixing (Eq. 2-3) and the loss terms of Eq. 4-5 (module docstring)."""
+        front = lambda model, x: forward_front(model, x, self.stage)  # noqa: E731
+        back = lambda model, f: forward_back(model, f, self.stage)  # noqa: E731
+        f = run(front, batch.x)
         if not isinstance(f, Tensor):
             raise ConfigError(f"flea.stage '{self.stage}': the features are not a tensor ({type(f).__name__}); "
                               "choose a stage of a chain model")
-        y = soft_labels(batch.y, ctx.task.num_classes)
+        y = soft_labels(batch.y, self._num_classes)
         f_mix, y_mix, f_buf = f, y, None
-        if self._buf_x.shape[0]:
-            j, beta = draw_pairs(f.shape[0], self._buf_x.shape[0], self.beta, ctx.rng("mix"))
-            f_buf = self._buf_x[j].to(f)
-            f_mix, y_mix = mix_features(f, y, f_buf, self._buf_y[j], beta)
-        self._batch = (batch.x, batch.y, f, f_mix, f_buf)
-        return forward_back(ctx.model, f_mix, self.stage), Batch(batch.x, y_mix)
-
-    def loss_terms(self, ctx: ClientCtx, batch: Batch, out: Tensor) -> dict[str, Tensor]:
-        x, y, f, f_mix, f_buf = self._batch
+        if inputs:
+            j = inputs["j"]
+            f_buf = captured["buf_x"][j].to(f)
+            f_mix, y_mix = mix_features(f, y, f_buf, captured["buf_y"][j], inputs["beta"])
+        out = run(back, f_mix)
         terms: dict[str, Tensor] = {}
         if self.distill_weight:
             if self.distill_on == "mixed":
                 inp, local = f_mix, out
             else:
                 inp = f_buf if f_buf is not None else f
-                local = forward_back(ctx.model, inp, self.stage)
+                local = run(back, inp)
             with torch.no_grad():
-                teacher = forward_back(self._teacher, inp.detach(), self.stage)
+                teacher = run(back, inp.detach(), module=self._teacher, state=captured["teacher"])
             terms["distill"] = self.distill_weight * distillation_loss(local, teacher)
-        lam2 = self.dcor_weight_at(ctx.round)
-        if lam2 and x.shape[0] >= 2:
-            terms["dcor"] = lam2 * distance_correlation(x, f, squared=self.dcor_squared)
+        if self._dcor and batch.x.shape[0] >= 2:
+            terms["dcor"] = captured["lam2"] * distance_correlation(batch.x, f, squared=self.dcor_squared)
         if self.unmixed_ce:
-            terms["ce_unmixed"] = ctx.task.loss(forward_back(ctx.model, f, self.stage), y)
-        return terms
+            terms["ce_unmixed"] = self._task_loss(run(back, f), y)
+        return out, Batch(batch.x, y_mix), terms
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         if ctx.training:
-            self._batch = self._buf_x = self._buf_y = None  # the buffer is never kept between rounds
+            self._buf_x = self._buf_y = None  # the buffer is never kept between rounds
             return {}, {}
         idx = share_indices(len(ctx.data), self.share_fraction, ctx.seed, ctx.client_id, ctx.device)
         f = extract_features(ctx.model, ctx.data.x[idx], self.stage)
