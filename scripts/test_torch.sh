@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Test fedaug at the ends of its torch range (pyproject.toml): `make test-torch`, which CI runs after `make test`.
+# For each torch release given (the Makefile's TORCH_ENDS): a virtual environment .venv-torch-<release> with that
+# torch (PyPI's Linux wheel: a CUDA build, which runs on the CPU; no registry reachable here serves a CPU build of
+# these releases), then fedaug[test] installed beside it under the constraint torch==<release>, so that pip fails
+# rather than replace it, then the part of the test suite that exercises torch: every module imported, the install
+# check, the numerics (seeded streams, the FFA layer's PyTorch path, batched and captured steps, the recorded runs),
+# the models. The compiled CPU libraries and the optional extras are tested on the main environment (make test).
+# Idempotent: a second call reuses each environment and only runs the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+SUBSET=(
+  tests/test_install.py tests/test_dependencies.py tests/test_import_graph.py
+  tests/core/test_rng.py tests/core/test_serialize.py tests/core/test_device.py
+  tests/layers/test_attach.py tests/layers/test_mixing.py
+  tests/engine/test_grouped.py tests/engine/test_graphed.py tests/engine/replay
+  tests/models/test_split.py
+)
+
+for release in "$@"; do
+  venv=".venv-torch-$release"
+  stamp="$venv/.fedaug-installed"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+    echo "torch==$release" > "$venv/constraints.txt"
+    # PIP_CONSTRAINT replaces the constraint file of pip's own configuration (a machine may cap torch there).
+    export PIP_CONSTRAINT="$venv/constraints.txt"
+    start=$SECONDS
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$release"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]"
+    unset PIP_CONSTRAINT
+    echo "test-torch: torch $release and fedaug[test] installed in $venv in $((SECONDS - start)) s" \
+         "($(du -sh "$venv" | cut -f1))"
+    touch "$stamp"
+  fi
+  got=$("$venv/bin/python" -c "import torch; print(torch.__version__)")
+  [ "${got%%+*}" = "$release" ] || { echo "test-torch: $venv holds torch $got, not $release" >&2; exit 1; }
+  echo "test-torch: torch $got"
+  "$venv/bin/python" -m pytest -q "${SUBSET[@]}"
+done

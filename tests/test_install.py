@@ -1,0 +1,82 @@
+"""fedaug installs beside the torch a user already has (issue 52).
+
+pyproject's torch range runs from the lowest release CI tests to the newest (``make test-torch``, the
+Makefile's ``TORCH_ENDS``), and pip, asked to install fedaug into this environment with a constraint
+that pins the torch installed here, changes nothing but fedaug: it keeps this torch, whichever build
+it is (the CPU wheel of ``make setup``, or each end's build in ``make test-torch``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def torch_requirement() -> Requirement:
+    (req,) = [Requirement(r) for r in PROJECT["dependencies"] if Requirement(r).name == "torch"]
+    return req
+
+
+def torch_ends() -> list[Version]:
+    """The torch releases that ``make test-torch`` tests (the Makefile's ``TORCH_ENDS``)."""
+    (line,) = re.findall(r"^TORCH_ENDS \?= (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    return [Version(v) for v in line.split()]
+
+
+def test_the_torch_range_runs_from_the_lowest_tested_release_to_the_newest():
+    spec = torch_requirement().specifier
+    low, high = torch_ends()
+    assert str(spec) == f"<{high.major}.{high.minor + 1},>={low.major}.{low.minor}"
+    assert all(spec.contains(v) for v in ("2.11.0", "2.11.0+cu130", "2.13.0+cpu", "2.14.1", "2.15.0", "2.15.9"))
+    assert not any(spec.contains(v) for v in ("2.10.0", "2.16.0", "3.0.0"))
+
+
+def installed_extras() -> list[str]:
+    """The extras whose every requirement is installed here in a version it admits."""
+    def met(text: str) -> bool:
+        req = Requirement(text)
+        try:
+            return req.specifier.contains(metadata.version(req.name), prereleases=True)
+        except metadata.PackageNotFoundError:
+            return False
+
+    return sorted(e for e, reqs in PROJECT["optional-dependencies"].items() if all(met(r) for r in reqs))
+
+
+def test_installing_fedaug_with_a_constraint_on_the_installed_torch_changes_nothing_else(tmp_path):
+    """An offline resolution (``--no-index``, ``--dry-run``) of fedaug with every extra installed here,
+    from a copy of the project (a build writes into its source tree), constrained to this torch: pip
+    would install fedaug and nothing else."""
+    project = tmp_path / "fedaug"
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    torch_version = metadata.version("torch")
+    (tmp_path / "constraints.txt").write_text(f"torch=={torch_version}\n")
+    report = tmp_path / "report.json"
+    extras = installed_extras()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_CONSTRAINT=str(tmp_path / "constraints.txt"))  # no machine-wide cap
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
+                          "--disable-pip-version-check", "--report", str(report), f"{project}[{','.join(extras)}]"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    installs = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads(report.read_text())["install"]}
+    assert installs == {"fedaug": PROJECT["version"]}, f"torch {torch_version}, extras {extras}"
+    assert "test" in extras  # this test runs with the test extra, at least
