@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 SUBSET=(
-  tests/test_install.py tests/test_dependencies.py tests/test_import_graph.py
+  tests/test_install.py tests/test_dependencies.py::test_a_core_install_imports_every_module_but_those_of_the_extras
   tests/core/test_rng.py tests/core/test_serialize.py tests/core/test_device.py
   tests/layers/test_attach.py tests/layers/test_mixing.py
   tests/engine/test_grouped.py tests/engine/test_graphed.py tests/engine/replay
