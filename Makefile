@@ -3,7 +3,11 @@
 VENV ?= .venv
 ARGS ?=
 
-.PHONY: setup run test bench
+# The ends of pyproject's torch range, which `make test-torch` (CI, after `make test`) tests in environments of
+# their own (scripts/test_torch.sh); tests/test_install.py checks that the range's bounds are these releases.
+TORCH_ENDS ?= 2.11.0 2.15.0
+
+.PHONY: setup run test test-torch test-torch-download bench
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +23,12 @@ run: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+test-torch:
+	@bash scripts/test_torch.sh $(TORCH_ENDS)
+
+test-torch-download:
+	@bash scripts/test_torch.sh --download $(TORCH_ENDS)
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bench_engine.py $(ARGS)

@@ -1,4 +1,5 @@
-"""Collection rules for the whole repository (``testpaths`` covers ``tests`` and ``src/fedaug``)."""
+"""Collection rules for the whole repository (``testpaths`` covers ``tests`` and ``src/fedaug``), and
+the check that a test session leaves no new file in the checkout (:mod:`tests.checkout`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import importlib.util
 import os
 
 import torch
+
+from tests.checkout import pytest_sessionfinish, pytest_sessionstart  # noqa: F401  (hooks of this conftest)
 
 # The Flower adapter's modules import Flower (the ``flower`` extra, which ``make test`` installs);
 # without it their doctests cannot be imported, and its tests skip themselves, saying why. Likewise the

@@ -33,7 +33,9 @@ from tests.report.conftest import tiny_grid_raw  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch, tmp_path):
-    """Every IP connection fails (the tests must not need one); tracking stores live under tmp_path."""
+    """Every IP connection fails (the tests must not need one); tracking stores live under tmp_path. The
+    test runs in an empty working directory, which must stay empty: tracking writes only into the run
+    directory and the store (MLflow's default would put a sqlite store's artifacts in ./mlruns)."""
     real = socket.socket.connect
 
     def connect(self, address):
@@ -42,7 +44,11 @@ def no_network(monkeypatch, tmp_path):
         return real(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.chdir(tmp_path)  # MLflow puts a sqlite store's artifacts in ./mlruns
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    yield
+    assert sorted(p.name for p in cwd.iterdir()) == []
 
 
 def tracked(tmp_path: Path, rounds: int = 2, **extra):
@@ -114,6 +120,37 @@ def test_every_round_lands_in_tensorboard_and_mlflow_with_config_and_artifacts(t
         assert [(m.step, m.value) for m in history] == [(r, expected[r][key]) for r in (1, 2)], key
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["config.toml", "report.md",
                                                                              "summary.json"]
+    beside = tmp_path / "mlflow-artifacts"  # beside the database file, not in ./mlruns
+    assert client.get_experiment_by_name("fedaug").artifact_location == beside.as_uri()
+    assert sorted(p.name for p in beside.rglob("*") if p.is_file()) == ["config.toml", "report.md", "summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.toml", "cwd", "mlflow-artifacts", "mlflow.db", "runs"]
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("sqlite:///store/mlflow.db", "store/mlflow-artifacts"),
+    ("sqlite:///store/my%20runs.sqlite?timeout=20", "store/my runs-artifacts"),
+    ("file:./mlruns", None),
+    ("./mlruns", None),
+    ("http://127.0.0.1:5000", None),
+    ("databricks", None),
+])
+def test_artifact_location_of_each_kind_of_store(uri, expected):
+    got = tracking.artifact_location(uri)
+    assert got == (None if expected is None else (Path.cwd() / expected).as_uri())
+
+
+@pytest.mark.parametrize("uri", ["postgresql://user@db/mlflow", "mysql+pymysql://db/mlflow", "sqlite://",
+                                 "sqlite:///:memory:"])
+def test_a_database_whose_artifacts_would_land_in_the_working_directory_is_refused_before_the_run(tmp_path, uri):
+    raw = tiny_raw(rounds=1)
+    raw.update(out_dir=str(tmp_path / "runs"), log={"mlflow": uri})
+    with pytest.raises(ConfigError) as err:
+        run_experiment(validate(raw), quiet=True)
+    assert str(err.value) == (
+        f"log.mlflow = {uri!r}: MLflow would put this store's artifacts in ./mlruns of the working directory; use "
+        "sqlite:///FILE (artifacts beside FILE), a file store (file:DIR) or a tracking server (http://host:5000) in "
+        "front of that database")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_resumed_run_continues_the_same_tracking_run_without_duplicate_steps(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """Atomic writes and checked reads of run records (DESIGN.md, invariant 6: nothing is lost).
 
 Every file is written to a temporary sibling (``.<name>.<8 hex>.tmp``, created with mode 0666 so
-the process umask applies, as for any file the user creates), flushed, fsynced and renamed over the
-target, so a reader (or a resumed run after SIGKILL) sees either the old file or the new one, never
+the process umask applies, as for any file the user creates; a private key's with 0600, so it is never
+readable by other users, not even for a moment), flushed, fsynced and renamed over the target, so a reader (or a resumed run after SIGKILL) sees either the old file or the new one, never
 a half. A kill between creating and renaming leaves the temporary behind:
 :func:`remove_temporaries` deletes those (a run directory's writer does, when it takes its lock).
 JSON is strict: non-finite floats are written as ``null``, never as the bare ``NaN`` or
@@ -30,22 +30,23 @@ _TEMPORARY = re.compile(r"^\..+\.[0-9a-z_]{8}\.tmp$")  # ours, and the tempfile.
 _PLAIN = (dict, list, tuple, torch.Tensor, str, int, float, bool, type(None))
 
 
-def _create_temporary(path: Path) -> tuple[int, Path]:
-    """A new, empty, exclusively created temporary sibling of ``path``: ``(fd, its path)``."""
+def _create_temporary(path: Path, mode: int) -> tuple[int, Path]:
+    """A new, empty, exclusively created temporary sibling of ``path`` with ``mode`` less the umask:
+    ``(fd, its path)``."""
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), tmp
         except FileExistsError:
             continue
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o666) -> None:
     """Write ``data`` to ``path`` atomically (temporary file + fsync + rename); the file's mode
-    is 0666 less the process umask."""
+    is ``mode`` less the process umask (0600 for a secret: only its owner may read it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temporary(path)
+    fd, tmp = _create_temporary(path, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

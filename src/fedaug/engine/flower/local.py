@@ -26,7 +26,7 @@ from typing import TextIO
 from fedaug.core.errors import FedaugError
 from fedaug.core.serialize import atomic_write_text
 from fedaug.engine.flower.client_app import DEVICE, NUM_PARTITIONS, PARTITION_ID
-from fedaug.engine.flower.tls import SuperNodeKeys, TlsFiles, write_supernode_keys, write_tls
+from fedaug.engine.flower.tls import SuperNodeKeys, TlsFiles, warn_readable_keys, write_supernode_keys, write_tls
 
 FEDERATION = "fedaug-local"
 HOST = "127.0.0.1"
@@ -101,12 +101,14 @@ class LoopbackTrial:
         return [SuperNodeKeys.under(self.workdir / "keys", k) for k in range(self.num_nodes)]
 
     def prepare(self) -> None:
-        """Write the CLI's connection config and, as asked, the certificates and SuperNode keys."""
+        """Write the CLI's connection config and, as asked, the certificates and SuperNode keys (private
+        keys 0600); warn about older keys in the trial that other users can read."""
         if self.tls:
             write_tls(self.certs.directory)
         if self.auth:
             for keys in self.keys:
                 write_supernode_keys(keys)
+        warn_readable_keys(self.certs.directory, self.workdir / "keys")
         security = f'root-certificates = "{self.certs.ca_cert}"' if self.tls else "insecure = true"
         atomic_write_text(self.workdir / "cli" / "config.toml",
                           f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'

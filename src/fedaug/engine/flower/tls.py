@@ -1,14 +1,22 @@
 """Certificates and keys for trials: a self-signed CA with a server certificate, SuperNode key pairs.
 
 For a trial on one machine only: the CA's private key sits next to its certificate. Real sites use
-certificates from their own CA (docs/flower.md). Made with the ``cryptography`` package, which
-Flower itself depends on.
+certificates from their own CA (docs/flower.md). Made with the ``cryptography`` package (the
+``flower`` extra declares it; Flower itself depends on it).
+
+Private keys are written with mode 0600 (only their owner reads them, whatever the umask), into a
+directory created with mode 0700 when it is missing; certificates and public keys are 0666 less the
+umask, as any file. :func:`warn_readable_keys` names the keys left in a directory that other users
+can read (written by an earlier fedaug, or by hand).
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +26,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from fedaug.core.serialize import atomic_write_bytes
+
+#: a private key's mode: read and written by its owner only
+KEY_MODE = 0o600
+#: the mode of a directory that fedaug creates for keys
+KEY_DIR_MODE = 0o700
+#: the names of the private keys fedaug writes: ``ca.key``, ``server.key``, ``supernode-<k>``
+_PRIVATE_NAME = re.compile(r".+\.key|supernode-\d+")
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,38 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
+def key_directory(directory: Path) -> Path:
+    """``directory``, created with mode :data:`KEY_DIR_MODE` if missing (missing parents above it as
+    usual); an existing directory is left as it is."""
+    directory = Path(directory)
+    directory.mkdir(mode=KEY_DIR_MODE, parents=True, exist_ok=True)
+    return directory
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a private key atomically with mode :data:`KEY_MODE`, in its :func:`key_directory`."""
+    key_directory(Path(path).parent)
+    atomic_write_bytes(path, data, mode=KEY_MODE)
+
+
+def readable_keys(directory: Path) -> list[Path]:
+    """The private keys in ``directory`` (fedaug's names: ``*.key``, ``supernode-<k>``) that users other
+    than their owner may read, sorted; none when the directory does not exist."""
+    directory = Path(directory)
+    found = directory.iterdir() if directory.is_dir() else ()
+    return sorted(p for p in found if _PRIVATE_NAME.fullmatch(p.name) and p.is_file()
+                  and p.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+
+
+def warn_readable_keys(*directories: Path) -> None:
+    """One warning naming each private key in ``directories`` that other users may read, and the fix."""
+    lax = [p for d in directories for p in readable_keys(d)]
+    if lax:
+        modes = ", ".join(f"{p} (mode {stat.S_IMODE(p.stat().st_mode):04o})" for p in lax)
+        warnings.warn(f"private keys that other users can read: {modes}; fedaug writes keys with mode 0600, these "
+                      "are older: restrict them with 'chmod 600 FILE', or delete them", stacklevel=2)
+
+
 def write_tls(directory: Path, days: int = 30) -> TlsFiles:
     """Write a self-signed CA and a server certificate for 127.0.0.1/localhost signed by it.
 
@@ -74,7 +121,7 @@ def write_tls(directory: Path, days: int = 30) -> TlsFiles:
         directory: where to write ``ca.crt``, ``ca.key``, ``server.pem`` and ``server.key``.
         days: validity of both certificates.
     """
-    files = TlsFiles.under(directory)
+    files = TlsFiles.under(key_directory(directory))
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca = (x509.CertificateBuilder().subject_name(_name("fedaug trial CA")).issuer_name(_name("fedaug trial CA"))
@@ -95,9 +142,9 @@ def write_tls(directory: Path, days: int = 30) -> TlsFiles:
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
     atomic_write_bytes(files.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
-    atomic_write_bytes(directory / "ca.key", _pem_key(ca_key))
+    write_private(files.directory / "ca.key", _pem_key(ca_key))
     atomic_write_bytes(files.server_cert, cert.public_bytes(serialization.Encoding.PEM))
-    atomic_write_bytes(files.server_key, _pem_key(key))
+    write_private(files.server_key, _pem_key(key))
     return files
 
 
@@ -105,8 +152,8 @@ def write_supernode_keys(keys: SuperNodeKeys) -> SuperNodeKeys:
     """Write a fresh key pair for SuperNode authentication (``flwr supernode register`` takes the
     public key; the SuperNode starts with ``--auth-supernode-private-key``)."""
     key = ec.generate_private_key(ec.SECP384R1())
-    atomic_write_bytes(keys.private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                       serialization.NoEncryption()))
+    write_private(keys.private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                  serialization.NoEncryption()))
     atomic_write_bytes(keys.public, key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                                   serialization.PublicFormat.OpenSSH) + b"\n")
     return keys

@@ -8,6 +8,10 @@ A resumed run continues the same MLflow run (its id is kept in the run directory
 ``tracking.json``) and logs only the rounds the store does not hold yet; TensorBoard's writer is
 reopened with ``purge_step`` at the first round after the checkpoint, so its readers drop the
 events of rounds that the resumed run records again (no duplicate steps).
+
+Tracking writes only where the user pointed it: the run directory (``tb/``, ``tracking.json``) and
+the MLflow store. A sqlite store's experiments keep their artifacts beside the database file
+(:func:`artifact_location`), never in ``./mlruns`` of whatever directory the command runs from.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 from fedaug.config.load import flatten
 from fedaug.config.schema import RunConfig
@@ -34,6 +39,9 @@ TB_DIR = "tb"
 #: what each backend needs installed, and the extra that installs it
 PACKAGES = {"tensorboard": ("tensorboard",), "mlflow": ("mlflow",)}
 _UNSAFE = re.compile(r"[^\w\-. /]")
+#: URI schemes (before any ``+driver``) of the databases MLflow's client writes to directly
+_DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+_SQLITE = "sqlite:///"
 
 
 def _finite(x: object) -> bool:
@@ -154,15 +162,17 @@ class MlflowBackend:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: str, run_id: str | None,
               tags: Mapping[str, str]) -> "MlflowBackend":
-        """A new run in ``experiment`` (created if missing), or the run ``run_id`` continued: set
-        running again, logging only rounds after the last one its store holds."""
+        """A new run in ``experiment`` (created if missing, its artifacts at :func:`artifact_location`), or
+        the run ``run_id`` continued: set running again, logging only rounds after the last one its store
+        holds."""
         client = _client(uri)
         if run_id is not None:
             client.update_run(run_id, status="RUNNING")
             return cls(client, run_id, max((m.step for m in client.get_metric_history(run_id, "train/loss")),
                                            default=0))
         found = client.get_experiment_by_name(experiment)
-        exp_id = found.experiment_id if found is not None else client.create_experiment(experiment)
+        exp_id = (found.experiment_id if found is not None
+                  else client.create_experiment(experiment, artifact_location=artifact_location(uri)))
         return cls(client, client.create_run(exp_id, run_name=run_name, tags=dict(tags)).info.run_id)
 
     def log_params(self, params: Mapping[str, str]) -> None:
@@ -191,12 +201,39 @@ class MlflowBackend:
         self.client.set_terminated(self.run_id, status)
 
 
-def check_tracking(cfg: RunConfig) -> None:
-    """Fail before a run starts when ``[log]`` asks for a backend whose package is not installed.
+def artifact_location(uri: str) -> str | None:
+    """Where a new MLflow experiment in the store ``uri`` keeps its artifacts.
+
+    ``sqlite:///<dir>/<name>.db``: the folder ``<dir>/<name>-artifacts`` beside the database, as an
+    absolute ``file://`` URI (a relative path is taken from the working directory, as for the database).
+    A file store (``file:...`` or a path) and a tracking server (``http://...``): ``None``, MLflow's own
+    choice (inside the file store; the server's artifact store).
 
     Raises:
-        ConfigError: naming the key, the missing package and the install command.
+        ConfigError: another database (``postgresql://``, an in-memory sqlite): MLflow would keep its
+            artifacts in ``./mlruns`` of the working directory.
     """
+    scheme = urlsplit(uri).scheme.split("+")[0]
+    if scheme not in _DATABASES:
+        return None
+    db = unquote(uri[len(_SQLITE):].split("?")[0]) if uri.startswith(_SQLITE) else ""
+    if db in ("", ":memory:"):
+        raise ConfigError(f"log.mlflow = {uri!r}: MLflow would put this store's artifacts in ./mlruns of the working "
+                          "directory; use sqlite:///FILE (artifacts beside FILE), a file store (file:DIR) or a "
+                          "tracking server (http://host:5000) in front of that database")
+    path = Path(db).resolve()
+    return (path.parent / f"{path.stem}-artifacts").as_uri()
+
+
+def check_tracking(cfg: RunConfig) -> None:
+    """Fail before a run starts when ``[log]`` asks for a backend whose package is not installed, or for
+    an MLflow store whose artifacts would land outside it (:func:`artifact_location`).
+
+    Raises:
+        ConfigError: naming the key, the missing package and the install command; or the store and the fix.
+    """
+    if cfg.log.mlflow:
+        artifact_location(cfg.log.mlflow)
     asked = [name for name, on in (("tensorboard", cfg.log.tensorboard), ("mlflow", bool(cfg.log.mlflow))) if on]
     missing = [(name, pkg) for name in asked for pkg in PACKAGES[name] if find_spec(pkg) is None]
     if missing:
