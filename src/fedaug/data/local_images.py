@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.errors import DataError
@@ -21,7 +20,7 @@ from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.fashion_mnist import read_idx
 from fedaug.data.label_split import Partition
-from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, require_root
+from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, read_image, require_root
 from fedaug.data.registry import DATASETS
 
 CIFAR_LAYOUT = "  <root>/data_batch_1 ... data_batch_5, test_batch   (python pickles, as in cifar-10-batches-py/)"
@@ -145,8 +144,7 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
     xs = []
     for p in paths:
         try:
-            with Image.open(root / str(p)) as im:
-                img = torch.from_numpy(np.asarray(im.convert("RGB"), np.uint8).copy()).permute(2, 0, 1)
+            xs.append(read_image(root / str(p), size))
         except Image.DecompressionBombError as exc:
             raise DataError(f"{dataset}: image '{root / str(p)}' listed in '{path.name}' was refused as a possible "
                             f"decompression bomb ({exc}); remove it from the split file, or raise "
@@ -154,8 +152,6 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
         except OSError as exc:
             raise layout_error(dataset, root, f"image '{p}' listed in '{path.name}' cannot be read ({exc})",
                                layout) from None
-        xs.append(F.interpolate(img[None].float() / 255, size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)[0].clamp(0, 1))
     y = torch.tensor([classes.index(str(n)) for n in names], dtype=torch.int64)
     return (torch.stack(xs) if xs else torch.zeros(0, 3, size, size)), y
 
