@@ -19,13 +19,9 @@ import pytest
 from fedaug.cli.main import main
 from fedaug.config.load import dump_toml, load_config
 from fedaug.config.schema import validate
-from fedaug.core import plugins
 from fedaug.core.errors import ConfigError
 from fedaug.core.plugins import GROUP, import_plugin, resolve_import
-from fedaug.data.registry import DATASETS
 from fedaug.engine.records import RunDir
-from fedaug.methods.recipe import METHODS
-from fedaug.models.registry import MODELS
 from tests.conftest import tiny_raw
 
 #: a component in a module of its own: Gaussian noise on the training inputs, from the client's stream
@@ -74,19 +70,6 @@ def fedaug(*args: str, capsys: pytest.CaptureFixture[str]) -> dict:
 
 def records(run_dir: str) -> list[dict]:
     return [{k: r[k] for k in ("round", "train", "eval")} for r in RunDir(run_dir).rounds()]
-
-
-@pytest.fixture
-def own_registries(monkeypatch):
-    """The registries, the plugin modules and the installed plugins as they were, after the test (the
-    test's plugin registers in this process)."""
-    for registry in (METHODS, DATASETS, MODELS):
-        monkeypatch.setattr(registry, "_items", dict(registry._items))
-        monkeypatch.setattr(registry, "_help", dict(registry._help))
-    monkeypatch.setitem(plugins._STATE, "group_loaded", False)
-    yield
-    for name in ("gnoise", "gnoise_plugin"):
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture
