@@ -66,15 +66,15 @@ def test_list_text_shows_each_option_with_type_default_allowed_and_help(capsys):
     assert main(["list", "methods", "fedfa"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "fedfa (augmentation): " + METHODS.help("fedfa")
-    assert out[1] == ("options: method.options.fedfa.<option>, e.g. fedaug run digits4 method.augs=[fedfa] "
-                      "method.options.fedfa.p=0.5")
+    assert out[1] == "options: method.options.fedfa.<option>, e.g. fedaug run method.augs=[fedfa] method.options.fedfa.p=0.5"
     rows = {line.split()[0]: line.split(None, 3) for line in out[3:]}
     assert rows["option"][:3] == ["option", "type", "default"]
     assert rows["variance"][:3] == ["variance", "str", '"fused"'] and "fused, direct, client, fixed" in rows["variance"][3]
     assert rows["lam"][:3] == ["lam", "float", "unset"]
     assert main(["list", "datasets", "image_folder"]) == 0
     out = capsys.readouterr().out
-    assert "e.g. fedaug run digits4 data.name=image_folder data.options.sites=" not in out  # no default to show
+    # root, sites and classes have no default to show: the example sets the first option that has one
+    assert "e.g. fedaug run data.name=image_folder data.options.size=32\n" in out
     assert "channels" in out and "1, 3" in out and "held_out" in out
     assert main(["list", "models", "small_cnn"]) == 0
     out = capsys.readouterr().out

@@ -70,13 +70,14 @@ def options_table(options: dict[str, dict[str, Any]], head: str = "option") -> s
 
 
 def example(kind: str, name: str, entry: dict[str, Any]) -> str:
-    """A ``fedaug run`` command that uses ``name`` and sets its first option."""
+    """A ``fedaug run`` command (on the default preset) that uses ``name`` and sets its first option
+    that has a default."""
     pick = {"methods": f"method.base={name}" if entry.get("role") == "server" else f"method.augs=[{name}]",
             "datasets": f"data.name={name}", "models": f"model.name={name}"}[kind]
     first = next(((k, o) for k, o in entry["options"].items() if not o["required"] and o["default"] is not None),
                  None)
     setting = f" {WHERE[kind].format(name=name)}.{first[0]}={value_text(first[1]['default'])}" if first else ""
-    return f"fedaug run digits4 {pick}{setting}"
+    return f"fedaug run {pick}{setting}"
 
 
 def describe(kind: str, name: str, entry: dict[str, Any]) -> str:
