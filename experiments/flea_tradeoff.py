@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedaug.cli.privacy_cmd import pooled_dcor, reconstruction, restore_run
+from fedaug.cli.privacy_runs import pooled_dcor, reconstruction, restore_run
 from fedaug.report.results import Results, Run, load_grid_results, summarize as summarize_grid
 from fedaug.report.stats import mean_std
 

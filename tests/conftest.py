@@ -4,7 +4,8 @@ tiny grid of tests/report/conftest.py finished once per session."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,12 @@ import pytest
 import torch
 
 from fedaug.config.schema import RunConfig, validate
+from fedaug.core import plugins
 from fedaug.core.typecheck import fits, is_numeric
-from fedaug.data.registry import option_types
+from fedaug.data.registry import DATASETS, option_types
 from fedaug.layers import kernel
+from fedaug.methods.recipe import METHODS
+from fedaug.models.registry import MODELS
 from fedaug.report.runner import run_grid
 
 
@@ -112,3 +116,19 @@ def server_path(request) -> str:
     """Each test using it runs on both of the server's paths (the compiled library, PyTorch)."""
     request.getfixturevalue("server_library" if request.param == "compiled" else "no_server_library")
     return request.param
+
+
+@pytest.fixture
+def own_registries(monkeypatch, tmp_path) -> Iterator[None]:
+    """For a test whose own module (written under ``tmp_path``) registers datasets, models or methods in
+    this process: the registries, the installed plugins' state and ``sys.modules`` as they were, after
+    the test, so that the other tests never see what it registered."""
+    for registry in (METHODS, DATASETS, MODELS):
+        monkeypatch.setattr(registry, "_items", dict(registry._items))
+        monkeypatch.setattr(registry, "_help", dict(registry._help))
+    monkeypatch.setitem(plugins._STATE, "group_loaded", False)
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedaug.layers.kernel import RETIRED_ENV
+from fedaug.core.version import RETIRED_ENV
 
 
 @pytest.fixture(autouse=True)

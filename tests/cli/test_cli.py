@@ -13,6 +13,7 @@ from fedaug.cli.main import main
 from fedaug.cli.run_cmd import finish
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import validate
+from fedaug.core.version import RETIRED_ENV
 from fedaug.engine.records.rundir import RunDir
 from tests.conftest import tiny_raw
 from tests.engine.test_runlock import holder
@@ -150,7 +151,7 @@ def test_kernel_prints_the_cached_library_and_the_retired_variable_only_warns(tm
     runs = {}
     for env in (None, "on", "off"):
         if env is not None:
-            monkeypatch.setenv(kernel.RETIRED_ENV, env)
+            monkeypatch.setenv(RETIRED_ENV, env)
         assert main(["run", str(cfg), "-q", "--format", "json", "method.augs=[fedfa]"]) == 0
         captured = capsys.readouterr()
         runs[env] = json.loads(captured.out)

@@ -113,6 +113,7 @@ def test_ctrl_c_and_sigterm_end_with_one_message_naming_the_run_directory(tmp_pa
     _, err = proc.communicate(timeout=120)
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert proc.returncode == rc
-    assert re.fullmatch(rf"fedaug: {what}; the run is saved up to its last checkpoint: continue with 'fedaug "
-                        rf"resume {re.escape(str(run_dir))}'", err.strip()), err
+    saved = max(r for r, _ in RunDir(run_dir).checkpoints())
+    assert re.fullmatch(rf"fedaug: {what}; round {saved} of 200 is saved \(its checkpoint\): continue from round "
+                        rf"{saved + 1} with 'fedaug resume {re.escape(str(run_dir))}'", err.strip()), err
     assert not (run_dir / LOCK).exists()  # the writer lock was released

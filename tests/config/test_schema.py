@@ -76,7 +76,11 @@ def test_resolved_config_round_trips_through_toml():
 
 def test_load_config_from_preset_with_overrides_and_errors(tmp_path):
     cfg, label = load_config(None, ["train.rounds=2"])
-    assert label == "digits4" and cfg.train.rounds == 2 and cfg.name == "digits4"
+    assert label == "digits4" and cfg.train.rounds == 2 and cfg.name == "digits4-fedavg"
+    # named after what it runs, not after the preset it started from; a name given is kept
+    assert load_config("digits4", ["data.name=synthetic", "method.augs=[fedrdn, fedfa]"])[0].name == \
+        "synthetic-fedavg+fedrdn+fedfa"
+    assert load_config("digits4", ["name=mine"])[0].name == "mine"
     with pytest.raises(ConfigError, match=r"'digit4' is neither a preset nor a TOML file.*did you mean 'digits4'"):
         load_config("digit4")
     with pytest.raises(ConfigError, match=r"config file '.*missing.toml' does not exist"):
@@ -88,8 +92,12 @@ def test_load_config_from_preset_with_overrides_and_errors(tmp_path):
 
 
 def test_describe_lists_every_key_with_help():
-    keys = {k for k, _, _ in describe()}
-    assert {"seed", "train.lr", "train.participation", "eval.best_by", "method.augs"} <= keys
+    keys = {o.name: o for o in describe()}
+    assert {"seed", "train.lr", "train.participation", "eval.best_by", "method.augs", "imports"} <= set(keys)
+    assert all(o.help for o in keys.values())
+    lr, participation, best_by = keys["train.lr"], keys["train.participation"], keys["eval.best_by"]
+    assert (lr.type, lr.default, lr.bounds) == ("float", 0.01, "> 0")
+    assert (participation.bounds, best_by.choices) == ("> 0 and <= 1", ("val", "test"))
 
 
 def _leaf_fields(want: type) -> list[str]:

@@ -52,7 +52,7 @@ def test_a_rerun_reads_the_cache_instead_of_measuring(grid, tmp_path, monkeypatc
 
 
 def test_the_attack_takes_every_test_image_when_the_federation_holds_fewer_than_asked(grid, tmp_path):
-    from fedaug.cli.privacy_cmd import restore_run
+    from fedaug.cli.privacy_runs import restore_run
 
     tradeoff = load_script("flea_tradeoff")
     sim, _ = restore_run(next(p.parent for p in grid.rglob("summary.json")))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.version import RETIRED_ENV
 from fedaug.layers import FFALayer, kernel
 from fedaug.layers.functional import StatNoise, restyle
 from tests.conftest import requires_kernel
@@ -102,9 +103,9 @@ def spy_on_the_op(monkeypatch):
 @pytest.mark.parametrize("env", [None, "on", "auto", "off", "nonsense"])
 def test_the_option_alone_chooses_the_path_whatever_the_environment(monkeypatch, env):
     if env is None:
-        monkeypatch.delenv(kernel.RETIRED_ENV, raising=False)
+        monkeypatch.delenv(RETIRED_ENV, raising=False)
     else:
-        monkeypatch.setenv(kernel.RETIRED_ENV, env)
+        monkeypatch.setenv(RETIRED_ENV, env)
     calls = spy_on_the_op(monkeypatch)
     x = torch.randn(8, 3, 5, 5, generator=torch.Generator().manual_seed(0))
     out = {}

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedaug.report.archive import archive_grid
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -24,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedaug.report.archive import archive_grid
+
     done = archive_grid(Path(args.src), Path(args.dest))
     print(f"{args.dest}: {done.copied} run(s) copied, {done.present} already there, "
           f"{done.merged} invocation line(s) merged")

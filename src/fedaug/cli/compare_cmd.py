@@ -7,12 +7,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fedaug.cli.run_cmd import add_import_flag, cli_imports
 from fedaug.core.errors import ConfigError
-from fedaug.core.runtime import configure_process
-from fedaug.report.grid import GridSpec, grid_from_args, load_grid, select
-from fedaug.report.runner import CellError, CellOutcome, log_invocation, run_grid, write_grid_file
-from fedaug.report.table import write_tables
+
+if TYPE_CHECKING:
+    from fedaug.report.grid import GridSpec
+    from fedaug.report.runner import CellOutcome
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,25 +52,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell on stderr")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="print the Markdown table (default) or the summary as JSON")
+    add_import_flag(p)
     p.set_defaults(func=main)
 
 
 def spec_from_args(args: argparse.Namespace) -> GridSpec:
     """The grid named by ``args``: a grid file, or ``--base``/``--method``/``--setting``."""
+    from fedaug.report.grid import grid_from_args, load_grid, select
+
+    imports = cli_imports(args)
     if args.grid is not None:
         given = [f"--{k}" for k in ("base", "method", "setting") if getattr(args, k)]
         if given:
             raise ConfigError(f"give a grid file or {'/'.join(given)} on the command line, not both "
                               "(put the methods and settings into the grid file)")
-        return select(load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides),
-                      args.only_methods, args.only_settings)
+        return select(load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides,
+                                imports=imports), args.only_methods, args.only_settings)
     if args.only_methods or args.only_settings:
         raise ConfigError("--only-methods and --only-settings pick from a grid file's methods and settings; "
                           "without a grid file give just the --method and --setting you want")
     if not args.method:
         raise ConfigError("give a grid file (fedaug list grids) or at least one --method LABEL [key=value ...]")
     return grid_from_args(args.base, args.method, args.setting or [], args.seeds or [0], baseline=args.baseline,
-                          overrides=args.set_overrides)
+                          overrides=args.set_overrides, imports=imports)
 
 
 def _progress(k: int, total: int, o: CellOutcome) -> None:
@@ -78,6 +84,10 @@ def _progress(k: int, total: int, o: CellOutcome) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedaug.core.runtime import configure_process
+    from fedaug.report.runner import CellError, log_invocation, run_grid, write_grid_file
+    from fedaug.report.table import write_tables
+
     spec = spec_from_args(args)
     out = Path(args.out or Path("runs") / "compare" / spec.name)
     failure = None
@@ -99,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
                               if args.only_settings else []),
                             *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
                             *([f"--reuse {args.reuse}"] if args.reuse else []),
+                            *[f"--import {m}" for m in args.imports],
                             *(["--keep-going"] if args.keep_going else [])])
         wall = time.perf_counter() - t0
         log_invocation(out, command, args.jobs, wall, outcomes, failure is not None)

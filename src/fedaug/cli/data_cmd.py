@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from fedaug.cli.run_cmd import add_import_flag, import_now
 
-from fedaug.core.errors import ConfigError
-from fedaug.data.base import FederatedData
-from fedaug.data.registry import load_dataset
+if TYPE_CHECKING:
+    from fedaug.data.base import FederatedData
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,26 +22,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--plot", metavar="PNG", help="also save a stacked bar chart of train labels per client")
     d.add_argument("--format", choices=("table", "json"), default="table")
+    add_import_flag(d)
     d.set_defaults(func=main)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``["a=1", "b=x", "c=[1, 2]"]`` -> ``{"a": 1, "b": "x", "c": [1, 2]}`` (Python literals, else strings)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"dataset options are key=value, got {pair!r}")
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            out[key] = raw
-    return out
+    """Dataset options as ``fedaug run`` reads ``data.options.KEY=VALUE``
+    (:func:`fedaug.config.load.apply_overrides`): ``["a=1", "b=x", "c=[p, q]"]`` ->
+    ``{"a": 1, "b": "x", "c": ["p", "q"]}``."""
+    from fedaug.config.load import apply_overrides
+
+    return apply_overrides({}, pairs, what="dataset option", example="num_clients=5")
 
 
 def histograms(data: FederatedData) -> list[dict[str, Any]]:
     """Per client: name, group, split sizes and the train label histogram (classification) or
     the train pixel/voxel class counts (segmentation)."""
+    import numpy as np
+
     rows = []
     for c in data.clients:
         hist = np.bincount(c.train.y.reshape(-1).numpy(), minlength=data.num_classes)
@@ -67,6 +63,7 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     counts = np.array([r["train_labels"] for r in rows], dtype=float)  # (K, C)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(rows) + 2), 3.5))
@@ -86,13 +83,18 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedaug.data.registry import load_dataset
+
+    import_now(args)
     data = load_dataset(args.dataset, args.seed, **parse_options(args.overrides))
     rows = histograms(data)
     if args.format == "json":
         print(json.dumps({"dataset": data.name, "task": data.task, "num_classes": data.num_classes,
                           "input_shape": list(data.input_shape), "clients": rows}, indent=2))
     else:
-        print(f"{data.name}: {data.task}, {data.num_classes} classes, input {tuple(data.input_shape)}, "
+        classes = data.info.get("classes")
+        named = f" ({', '.join(map(str, classes))})" if classes else ""
+        print(f"{data.name}: {data.task}, {data.num_classes} classes{named}, input {tuple(data.input_shape)}, "
               f"{data.num_clients} clients\n")
         print(table(data, rows))
     if args.plot:

@@ -13,14 +13,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedaug.cli.run_cmd import add_output_flags, finish
-from fedaug.config.load import load_config
-from fedaug.config.schema import RunConfig
+from fedaug.cli.run_cmd import add_import_flag, add_output_flags, cli_imports, finish
 from fedaug.core.errors import FedaugError
-from fedaug.data.registry import load_dataset
-from fedaug.engine.records.rundir import RunDir
+
+if TYPE_CHECKING:
+    from fedaug.config.schema import RunConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def _source(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", default=None, help="a preset name or a TOML config file; default: digits4")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="override config values, e.g. train.rounds=5")
+    add_import_flag(p)
 
 
 def _settings(p: argparse.ArgumentParser) -> None:
@@ -72,14 +72,18 @@ def _settings(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
+    from fedaug.config.load import load_config
+
     if args.source is not None and "=" in args.source:  # only overrides were given
         args.overrides.insert(0, args.source)
         args.source = None
-    cfg, _ = load_config(args.source, args.overrides)
+    cfg, _ = load_config(args.source, args.overrides, cli_imports(args))
     return cfg
 
 
 def _num_clients(cfg: RunConfig, data_dir: str | None = None) -> int:
+    from fedaug.data.registry import load_dataset
+
     options = {**cfg.data.options, **({"root": data_dir} if data_dir else {})}
     return load_dataset(cfg.data.name, cfg.seed, **options).num_clients
 
@@ -122,6 +126,8 @@ def local_main(args: argparse.Namespace) -> int:
 
 
 def run_main(args: argparse.Namespace) -> int:
+    from fedaug.engine.records.rundir import RunDir
+
     cfg = _config(args)
     if args.engine == "simulation":
         from fedaug.engine.flower.simulation import run_flower_simulation as run

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedaug.core import server_ops
-from fedaug.layers import kernel
+from fedaug.core.native import CACHE_ENV
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -16,11 +15,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                    "the FFA kernel only where their config asks for it (method.options.fedfa."
                                    "kernel = \"on\", likewise vfda; the default \"off\" is the pure-PyTorch path) "
                                    "and the server's library wherever it is built (it gives the bits of its "
-                                   f"PyTorch path, faster); {kernel.CACHE_ENV} moves the cache.")
+                                   f"PyTorch path, faster); {CACHE_ENV} moves the cache.")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedaug.core import server_ops
+    from fedaug.layers import kernel
+
     print(kernel.build())
     print(server_ops.build())
     return 0

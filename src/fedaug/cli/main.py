@@ -1,4 +1,7 @@
-"""``fedaug``: entry point; dispatches to one module per subcommand, turns errors into exit codes."""
+"""``fedaug``: entry point; dispatches to one module per subcommand, turns errors into exit codes.
+
+The subcommand modules import what they run only when they run it, so that ``fedaug --help``,
+``--version`` and ``fedaug list`` do not import torch."""
 
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ from collections.abc import Sequence
 from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
 from fedaug.cli import archive_cmd, compare_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
 from fedaug.core.errors import FedaugError
-from fedaug.core.version import __version__
-from fedaug.layers.kernel import RETIRED_ENV
+from fedaug.core.version import RETIRED_ENV, __version__
 
 SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, archive_cmd, report_cmd, flower_cmd, list_cmd, data_cmd,
                privacy_cmd, kernel_cmd)
@@ -58,14 +60,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         run_dir = getattr(exc, "run_dir", None)
-        print(f"fedaug: {what}; " + (f"the run is saved up to its last checkpoint: continue with 'fedaug resume "
-                                     f"{run_dir}'" if run_dir else "nothing that was written is lost: run the "
+        print(f"fedaug: {what}; " + (_saved(run_dir) if run_dir else "nothing that was written is lost: run the "
                                      "command again (or 'fedaug resume RUN_DIR' for a run it had started)"),
               file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _saved(run_dir: str) -> str:
+    """What the interrupted run ``run_dir`` saved and what a resume does (:class:`~fedaug.cli.saved.Saved`)."""
+    from fedaug.cli.saved import Saved
+
+    try:
+        return Saved.of(run_dir).interrupted()
+    except FedaugError as exc:  # its config cannot be read: say where it is all the same
+        return f"its run directory is '{run_dir}' ({exc})"
 
 
 class Terminated(KeyboardInterrupt):

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fedaug.cli.run_cmd import add_output_flags, finish
-from fedaug.config.load import parse_config, read_toml
-from fedaug.core.errors import CheckpointError
-from fedaug.core.runtime import configure_process
-from fedaug.engine.records.rundir import CONFIG, RunDir
-from fedaug.engine.run import resume_experiment
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("resume", help="finish an interrupted run",
-                       description="Continue a run from its newest checkpoint; the result equals an "
-                                   "uninterrupted run's.")
+                       description="Continue a run from its newest checkpoint (it says from which round; "
+                                   "without one the run starts again from round 1); the result equals an "
+                                   "uninterrupted run's. The modules the run imports (its config's imports) are "
+                                   "imported again.")
     p.add_argument("run_dir", help="the run directory 'fedaug run' printed")
     p.add_argument("--device", help="compute the remaining rounds here (cpu, cuda, cuda:N, mps, auto) instead of "
                                     "on the run's own device; the resume warns that the device moved")
@@ -31,10 +29,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedaug.cli.saved import Saved
+    from fedaug.config.load import parse_config, read_toml
+    from fedaug.core.errors import CheckpointError
+    from fedaug.core.runtime import configure_process
+    from fedaug.engine.records.rundir import CONFIG, RunDir
+    from fedaug.engine.run import resume_experiment
+
     cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
     if args.from_round is not None and args.from_round < 0:
         raise CheckpointError(f"--from-round must be a round >= 0, got {args.from_round}")
+    note = Saved.of(args.run_dir).resuming(args.from_round)
+    if note and not args.quiet:
+        print(f"fedaug: {note}", file=sys.stderr, flush=True)
     summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
                                          from_round=args.from_round, workers=args.workers)
     return finish(summary, run_dir, args.format)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.presets import PRESETS, preset_path
-from fedaug.config.schema import RunConfig, validate
+from fedaug.config.schema import RunConfig, run_name, validate
 from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.plugins import resolve_imports
 
 
 def parse_value(text: str) -> Any:
@@ -31,8 +32,13 @@ def parse_value(text: str) -> Any:
     return s
 
 
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with each ``dotted.key=value`` applied (tables created as needed).
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], *, what: str = "override",
+                    example: str = "train.lr=0.05") -> dict[str, Any]:
+    """Return a copy of ``raw`` with each ``dotted.key=value`` applied (tables created as needed,
+    values read by :func:`parse_value`): the one ``key=value`` parser of every command.
+
+    Args:
+        what, example: what the strings are and a valid one, for the error message.
 
     Raises:
         ConfigError: an override without ``=`` or with an empty key.
@@ -41,7 +47,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
+            raise ConfigError(f"{what} '{item}' is not of the form key=value (e.g. {example})")
         *tables, leaf = key.strip().split(".")
         node = out
         for t in tables:
@@ -62,11 +68,31 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file '{path}' is not valid TOML: {exc}") from None
 
 
-def load_config(source: str | None = None, overrides: Sequence[str] = ()) -> tuple[RunConfig, str]:
+def with_imports(raw: dict[str, Any], root: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """``raw`` with its ``imports`` and ``extra`` resolved against ``root``
+    (:func:`fedaug.core.plugins.resolve_import`: relative paths, and modules found only in ``root``,
+    become absolute paths); ``raw`` itself when there is nothing to resolve, or when ``imports`` is
+    not a list of strings (the validator reports it)."""
+    given = raw.get("imports", [])
+    if not (given or extra) or not isinstance(given, list) or not all(isinstance(e, str) for e in given):
+        return raw
+    return {**raw, "imports": resolve_imports([*given, *extra], root)}
+
+
+def load_config(source: str | None = None, overrides: Sequence[str] = (),
+                imports: Sequence[str] = ()) -> tuple[RunConfig, str]:
     """Resolve a config from a preset name or TOML path (default preset when ``None``) plus overrides.
 
+    Args:
+        source: a preset name or a TOML file (default: the ``digits4`` preset).
+        overrides: ``key=value`` strings (:func:`apply_overrides`).
+        imports: modules to add to the config's ``imports`` (``--import``), resolved against the
+            current directory; the file's own ``imports`` are resolved against its directory.
+
     Returns:
-        The validated config and a label of where it came from (preset name or file path).
+        The validated config, named after what it runs when it has no ``name``
+        (:func:`~fedaug.config.schema.run_name`), and a label of where it came from (preset name or
+        file path).
     """
     source = source or "digits4"
     if source in PRESETS:
@@ -78,10 +104,9 @@ def load_config(source: str | None = None, overrides: Sequence[str] = ()) -> tup
             f"'{source}' is neither a preset nor a TOML file; presets: {', '.join(PRESETS)}"
             f"{suggest(source, PRESETS)}"
         )
-    raw = read_toml(path)
-    cfg = parse_config(apply_overrides(raw, overrides))
-    if not cfg.name:
-        cfg.name = label if source in PRESETS else path.stem
+    raw = apply_overrides(with_imports(read_toml(path), path.parent), overrides)
+    cfg = parse_config(with_imports(raw, Path.cwd(), imports))
+    cfg.name = run_name(cfg)
     return cfg, label
 
 

@@ -1,4 +1,5 @@
-"""Presets: TOML configs shipped with fedaug; the first comment line is the one-line description."""
+"""Presets and comparison grids: TOML files shipped with fedaug; the first comment line of each is
+its one-line description (``fedaug list presets``, ``fedaug list grids``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def describe_files(directory: Path) -> dict[str, str]:
 
 #: preset name -> one-line description
 PRESETS: dict[str, str] = describe_files(_DIR)
+#: where the shipped comparison grids are (:mod:`fedaug.report.grid`)
+GRID_DIR = _DIR / "grids"
+#: shipped grid name -> one-line description
+GRIDS: dict[str, str] = describe_files(GRID_DIR)
 
 
 def preset_path(name: str) -> Path:

@@ -19,6 +19,8 @@ from typing import Any
 
 from fedaug.core.device import DEVICE_SYNTAX
 from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.options import OptionInfo, type_name
+from fedaug.core.plugins import import_problems
 from fedaug.core.typecheck import allowed, fits
 
 
@@ -165,7 +167,11 @@ class PrivacyConfig:
 @dataclass
 class RunConfig:
     seed: int = opt(0, "seed of every random stream", lo=0)
-    name: str = opt("", "run name (default: preset or dataset-method)")
+    name: str = opt("", "run name; empty: named after what it runs, '<dataset>-<base>[+<augs>]' (run_name)")
+    imports: list[str] = opt([], "your modules to import before the run is built (they register datasets, models, "
+                                 "methods): module names on sys.path or paths of .py files or package directories; "
+                                 "relative paths and modules next to the config file are recorded as absolute paths "
+                                 "(docs/writing_components.md, 'Your own components from the command line')")
     out_dir: str = opt("runs", "directory under which run directories are created")
     checkpoint_every: int = opt(5, "write a checkpoint every N rounds (and after the last)", lo=1)
     keep_checkpoints: int = opt(2, "how many most recent checkpoints to keep", lo=1)
@@ -298,6 +304,8 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
                         "data); remove it from [model.options]")
     problems += _attack_problems(cfg.attack) + _grouping_problems(cfg) + _graph_problems(cfg)
+    if fits(cfg.imports, list[str]):  # imported here, so that every process that reads the config has them
+        problems += import_problems(cfg.imports)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return cfg
@@ -375,9 +383,26 @@ def _attack_problems(a: AttackConfig) -> list[str]:
     return problems
 
 
-def describe() -> list[tuple[str, Any, str]]:
-    """(key, default, help) for every schema field, for documentation and ``fedaug list keys``."""
-    rows: list[tuple[str, Any, str]] = []
+def run_name(cfg: RunConfig) -> str:
+    """``cfg.name``, or when empty a name from what the run contains: ``<dataset>-<base>[+<augs>]``.
+
+    >>> run_name(validate({"data": {"name": "synthetic"}, "method": {"augs": ["fedrdn", "fedfa"]}}))
+    'synthetic-fedavg+fedrdn+fedfa'
+    """
+    return cfg.name or f"{cfg.data.name}-{'+'.join((cfg.method.base, *cfg.method.augs))}"
+
+
+def _bounds(m: Any) -> str:
+    """A field's limits as text (``> 0``, ``>= 0 and <= 1``); empty when it has none."""
+    parts = [f"{op} {v:g}" for v, op in ((m["lo"], ">" if m["lo_open"] else ">="),
+                                         (m["hi"], "<" if m["hi_open"] else "<=")) if v is not None]
+    return " and ".join(parts)
+
+
+def describe() -> list[OptionInfo]:
+    """Every schema field as an :class:`~fedaug.core.options.OptionInfo` (name = the dotted key; type,
+    default, choices, limits and help from the field), for documentation and ``fedaug list keys``."""
+    rows: list[OptionInfo] = []
 
     def walk(cls: type, prefix: str) -> None:
         types = typing.get_type_hints(cls)
@@ -386,7 +411,9 @@ def describe() -> list[tuple[str, Any, str]]:
                 walk(types[f.name], f"{prefix}{f.name}.")
             else:
                 default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                rows.append((f"{prefix}{f.name}", default, f.metadata["help"]))
+                m = f.metadata
+                rows.append(OptionInfo(f"{prefix}{f.name}", type_name(types[f.name]), default, tuple(m["choices"]),
+                                       m["help"], bounds=_bounds(m)))
 
     walk(RunConfig, "")
     return rows

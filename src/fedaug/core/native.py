@@ -25,8 +25,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from fedaug.core.errors import FedaugError
 
 CACHE_ENV = "FEDAUG_KERNEL_CACHE"
@@ -55,6 +53,7 @@ def compiler(fix: str) -> str:
 def command(cxx: str, source: Path, out: Path, flags: Sequence[str] = ()) -> list[str]:
     """The compile-and-link command of ``source`` into the shared library ``out`` (``flags`` after the
     optimisation flags)."""
+    import torch
     import torch.utils.cpp_extension as cpp  # imports setuptools: only when building
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
@@ -83,6 +82,8 @@ def cache_dir() -> Path:
 
 def library_path(source: Path, cxx: str, flags: Sequence[str] = ()) -> Path:
     """Where the library of ``source`` built by ``cxx`` with ``flags`` is cached (built or not)."""
+    import torch  # here, so that naming CACHE_ENV (fedaug kernel --help) imports no torch
+
     key = hashlib.sha256(b"\0".join([source.read_bytes(), torch.__version__.encode(), sys.version.encode(),
                                      _cpu().encode(), " ".join(command(cxx, source, Path(), flags)).encode()]))
     return cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from fedaug.core.errors import ConfigError, unknown_name
+from fedaug.core.plugins import load_installed
 
 T = TypeVar("T")
 
@@ -43,11 +44,15 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        """Return the object registered as ``name``.
+        """Return the object registered as ``name``; a name not registered yet is looked up again after
+        the installed plugins are imported (the entry points of ``fedaug.plugins``, once per process:
+        :func:`fedaug.core.plugins.load_installed`).
 
         Raises:
             ConfigError: ``name`` is unknown; the message lists the names and the closest one.
         """
+        if name not in self._items:
+            load_installed()
         try:
             return self._items[name]
         except KeyError:

@@ -55,18 +55,38 @@ def _base(tp: Any) -> Any:
     return typing.get_origin(tp) or tp
 
 
-def _is_union(tp: Any) -> bool:
+def is_union(tp: Any) -> bool:
+    """Whether ``tp`` is a union (``int | None``, ``Union[int, str]``)."""
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
-def _element(tp: Any) -> Any:
-    """The element type of a homogeneous sequence annotation, else ``None``."""
+def element_type(tp: Any) -> Any:
+    """The element type of a homogeneous sequence annotation, else ``None``.
+
+    >>> element_type(Sequence[str]), element_type(tuple[int, ...]), element_type(str)
+    (<class 'str'>, <class 'int'>, None)
+    """
     args = typing.get_args(tp)
     if _base(tp) in (list, Sequence) and len(args) == 1:
         return args[0]
     if _base(tp) is tuple and len(args) == 2 and args[1] is Ellipsis:
         return args[0]
     return None
+
+
+def choices(tp: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` annotation allows: of ``tp`` itself, of the members of a union, or of
+    the elements of a sequence; empty for any other annotation.
+
+    >>> choices(typing.Literal["off", "on"]), choices(Sequence[typing.Literal["a", "b"]] | None), choices(str)
+    (('off', 'on'), ('a', 'b'), ())
+    """
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp)
+    if is_union(tp):
+        return tuple(dict.fromkeys(c for a in typing.get_args(tp) for c in choices(a)))
+    element = element_type(tp)
+    return choices(element) if element is not None else ()
 
 
 def is_numeric(tp: Any) -> bool:
@@ -76,9 +96,9 @@ def is_numeric(tp: Any) -> bool:
     >>> is_numeric(float | None), is_numeric(Sequence[int]), is_numeric(str)
     (True, True, False)
     """
-    if _is_union(tp):
+    if is_union(tp):
         return any(is_numeric(a) for a in typing.get_args(tp))
-    element = _element(tp)
+    element = element_type(tp)
     return is_numeric(element) if element is not None else tp in (int, float, bool)
 
 
@@ -92,7 +112,7 @@ def fits(value: Any, tp: Any) -> bool:
     """
     if tp is type(None):
         return value is None
-    if _is_union(tp):
+    if is_union(tp):
         return any(fits(value, a) for a in typing.get_args(tp))
     if tp is bool:
         return isinstance(value, bool)
@@ -102,7 +122,7 @@ def fits(value: Any, tp: Any) -> bool:
         return is_finite_number(value)
     if tp in (str, os.PathLike) or _base(tp) is os.PathLike:
         return isinstance(value, _base(tp))
-    element = _element(tp)
+    element = element_type(tp)
     if element is not None:
         return isinstance(value, (list, tuple)) and all(fits(v, element) for v in value)
     if _base(tp) is dict:
@@ -118,11 +138,11 @@ def allowed(tp: Any) -> str:
     >>> allowed(int), allowed(Sequence[float] | float), allowed(dict[str, dict[str, Any]])
     ('an integer', 'a list of finite numbers or a finite number', 'a table of tables')
     """
-    if _is_union(tp):
+    if is_union(tp):
         return " or ".join(dict.fromkeys(allowed(a) for a in typing.get_args(tp) if a is not type(None)))
     if _base(tp) in _SINGULAR:
         return _SINGULAR[_base(tp)]
-    element = _element(tp)
+    element = element_type(tp)
     if element is not None:
         return f"a list of {_PLURAL[_base(element)]}" if _base(element) in _PLURAL else "a list"
     if _base(tp) is dict:

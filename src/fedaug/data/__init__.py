@@ -4,6 +4,7 @@ from fedaug.data import (  # noqa: F401  (registers)
     brain_mri,
     digits4,
     fashion_mnist,
+    image_folder,
     imu,
     local_images,
     local_signals,

@@ -23,7 +23,7 @@ import gzip
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -35,11 +35,12 @@ from fedaug.core.rng import derive_seed, generator
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
 from fedaug.data.checks import check_fraction, check_fractions, check_int, is_int, raise_problems
-from fedaug.data.digits4_usps import USPS_SOURCES, USPS_STYLES, usps_like
+from fedaug.data.digits4_usps import USPS_SOURCES, USPS_STYLES, UspsStyle, usps_like
 from fedaug.data.partition import iid_partition, stratified_split
 from fedaug.data.registry import DATASETS
 
-DOMAINS = ("mnist", "usps_like", "mnistm_like", "synth_like")
+Domain = Literal["mnist", "usps_like", "mnistm_like", "synth_like"]
+DOMAINS: tuple[str, ...] = get_args(Domain)
 #: most images each domain can supply (None: unlimited); the UCI digits set has 1,797.
 CAPACITY: dict[str, int | None] = {"mnist": 2500, "usps_like": 1797, "mnistm_like": 2500, "synth_like": None}
 DEFAULT_SAMPLES = 1797  # the largest count all four domains can supply
@@ -276,10 +277,10 @@ def digits4(
     samples_per_domain: int = DEFAULT_SAMPLES,
     clients_per_domain: int = 1,
     train_fraction: float = 1.0,
-    domains: tuple[str, ...] | list[str] = DOMAINS,
+    domains: tuple[Domain, ...] | list[Domain] = DOMAINS,
     val_fraction: float = 0.1,
     test_fraction: float = 0.2,
-    usps_style: str = "v1",
+    usps_style: UspsStyle = "v1",
 ) -> FederatedData:
     """Build Digits-4: each domain split into train/val/test, then into ``clients_per_domain`` clients.
 

@@ -15,6 +15,8 @@ size-normalised so that each digit fills the frame), in two styles.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ USPS_SOURCES = {
     "v2": ("UCI optical digits (real, USPS stand-in): sklearn.datasets.load_digits, 8x8 scaled to fill a 16x16 frame "
            "and contrast-stretched (usps_style v2), then resized"),
 }
+UspsStyle = Literal["v1", "v2"]
 USPS_STYLES = tuple(USPS_SOURCES)
 USPS_SIDE = 16  # real USPS images are 16x16
 #: v2's contrast stretch: grey levels below LOW become background, above HIGH saturate

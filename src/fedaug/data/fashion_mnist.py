@@ -21,7 +21,7 @@ from fedaug.core.errors import ConfigError, DataError
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, is_int, raise_problems
-from fedaug.data.label_split import check_partition_options, partition_labels
+from fedaug.data.label_split import Partition, check_partition_options, partition_labels
 from fedaug.data.registry import DATASETS
 
 DEFAULT_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -132,7 +132,7 @@ def fashion_mnist(
     seed: int,
     root: str | os.PathLike[str] = DEFAULT_ROOT,
     num_clients: int = 10,
-    partition: str = "dirichlet",
+    partition: Partition = "dirichlet",
     alpha: float = 0.5,
     q: int = 2,
     shards_per_client: int = 2,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -25,8 +25,10 @@ from fedaug.data.registry import DATASETS
 
 CLASSES = ("PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW")
 CHANNELS = ("ax", "ay", "az", "wx", "wy", "wz")
-LAYOUTS = ("channels_first", "harnet")
-SPLIT_BY = ("time", "recording")
+Layout = Literal["channels_first", "harnet"]
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+SplitBy = Literal["time", "recording"]
+SPLIT_BY: tuple[str, ...] = get_args(SplitBy)
 
 
 def watch_file() -> Path:
@@ -94,9 +96,9 @@ def smartwatch_imu(
     seed: int,
     window: int = 100,
     stride: int = 50,
-    layout: str = "channels_first",
+    layout: Layout = "channels_first",
     clients_per_subject: int = 1,
-    split_by: str = "time",
+    split_by: SplitBy = "time",
     val_fraction: float = 0.1,
     test_fraction: float = 0.2,
 ) -> FederatedData:

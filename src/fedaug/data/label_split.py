@@ -10,7 +10,7 @@ together and every problem is reported at once (option, value, allowed values).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from fedaug.data.checks import check_int, raise_problems
 from fedaug.data.partition import dirichlet_partition, iid_partition
 from fedaug.data.partition_skew import quantity_partition, scarcity_partition, shard_partition
 
-PARTITIONS = ("dirichlet", "dirichlet_balanced", "iid", "quantity", "shards", "scarcity")
+#: the label partitions (option ``partition`` of the label-skew datasets)
+Partition = Literal["dirichlet", "dirichlet_balanced", "iid", "quantity", "shards", "scarcity"]
+PARTITIONS: tuple[str, ...] = get_args(Partition)
 #: option -> the partitions that use it (``num_clients`` is unused by ``scarcity``).
 USES = {
     "num_clients": ("dirichlet", "dirichlet_balanced", "iid", "quantity", "shards"),

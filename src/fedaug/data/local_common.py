@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.errors import DataError
@@ -30,6 +31,23 @@ def require_root(dataset: str, root: Any, layout: str) -> Path:
     if root is None or not Path(root).is_dir():
         raise layout_error(dataset, root, "no such directory (set the root option)", layout)
     return Path(root)
+
+
+def read_image(path: Path, size: int, channels: int = 3) -> Tensor:
+    """One image file, decoded with Pillow as RGB (``channels=3``) or luminance (``1``) and resized
+    with antialiased bilinear interpolation: ``(channels, size, size)`` float32 in [0, 1].
+
+    Raises:
+        OSError: it cannot be read (callers name the file and the fix), or
+            ``PIL.Image.DecompressionBombError``: it has more pixels than Pillow allows.
+    """
+    from PIL import Image
+
+    with Image.open(path) as im:
+        img = torch.from_numpy(np.asarray(im.convert("RGB" if channels == 3 else "L"), np.uint8).copy())
+    img = img.permute(2, 0, 1) if img.ndim == 3 else img[None]
+    return F.interpolate(img[None].float() / 255, size=(size, size), mode="bilinear", antialias=True,
+                         align_corners=False)[0].clamp(0, 1)
 
 
 def split_fractions(dataset: str, val_fraction: Any, test_fraction: Any = 0.0) -> tuple[float, float, float]:

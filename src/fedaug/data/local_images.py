@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fedaug.core.errors import DataError
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.fashion_mnist import read_idx
-from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, require_root
+from fedaug.data.label_split import Partition
+from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, read_image, require_root
 from fedaug.data.registry import DATASETS
 
 CIFAR_LAYOUT = "  <root>/data_batch_1 ... data_batch_5, test_batch   (python pickles, as in cifar-10-batches-py/)"
@@ -108,7 +108,7 @@ def _label_skew(name: str, arrays: tuple[Tensor, ...], seed: int, num_classes: i
 
 
 @DATASETS.register("cifar10", "CIFAR-10 from a local directory (python batches); label-skew clients")
-def cifar10(*, seed: int, root: str | None = None, partition: str = "dirichlet", num_clients: int = 10,
+def cifar10(*, seed: int, root: str | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
             alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
             val_fraction: float = 0.1) -> FederatedData:
     """CIFAR-10 clients; options as :func:`fedaug.data.fashion_mnist.fashion_mnist` (x ``(N, 3, 32, 32)``)."""
@@ -117,7 +117,7 @@ def cifar10(*, seed: int, root: str | None = None, partition: str = "dirichlet",
 
 
 @DATASETS.register("emnist", "EMNIST byclass (62 classes) from a local directory (idx.gz or .mat); label-skew clients")
-def emnist(*, seed: int, root: str | None = None, partition: str = "dirichlet", num_clients: int = 10,
+def emnist(*, seed: int, root: str | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
            alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
            val_fraction: float = 0.1) -> FederatedData:
     """EMNIST byclass clients; options as :func:`fedaug.data.fashion_mnist.fashion_mnist` (x ``(N, 1, 28, 28)``)."""
@@ -144,8 +144,7 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
     xs = []
     for p in paths:
         try:
-            with Image.open(root / str(p)) as im:
-                img = torch.from_numpy(np.asarray(im.convert("RGB"), np.uint8).copy()).permute(2, 0, 1)
+            xs.append(read_image(root / str(p), size))
         except Image.DecompressionBombError as exc:
             raise DataError(f"{dataset}: image '{root / str(p)}' listed in '{path.name}' was refused as a possible "
                             f"decompression bomb ({exc}); remove it from the split file, or raise "
@@ -153,8 +152,6 @@ def read_fedbn_site(root: Path, prefix: str, site: str, split: str, classes: tup
         except OSError as exc:
             raise layout_error(dataset, root, f"image '{p}' listed in '{path.name}' cannot be read ({exc})",
                                layout) from None
-        xs.append(F.interpolate(img[None].float() / 255, size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)[0].clamp(0, 1))
     y = torch.tensor([classes.index(str(n)) for n in names], dtype=torch.int64)
     return (torch.stack(xs) if xs else torch.zeros(0, 3, size, size)), y
 
@@ -184,7 +181,14 @@ def _fedbn(name: str, prefix: str, all_sites: tuple[str, ...], classes: tuple[st
 @DATASETS.register("office_caltech10", "Office-Caltech10 from a local FedBN-layout directory; one client per domain")
 def office_caltech10(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
                      val_fraction: float = 0.1) -> FederatedData:
-    """Office-Caltech10 (amazon, caltech, dslr, webcam), FedBN's split files; test = ``<site>_test.pkl``."""
+    """Office-Caltech10 (amazon, caltech, dslr, webcam), FedBN's split files; test = ``<site>_test.pkl``.
+
+    Args:
+        root: the directory holding ``office_caltech_10/`` (layout in docs/data.md).
+        sites: the domains to use, one client each (default: all four).
+        size: side the images are resized to, >= 8.
+        val_fraction: share of each site's train file held out for validation, in [0, 1).
+    """
     return _fedbn("office_caltech10", "office_caltech_10", OFFICE_SITES, OFFICE_CLASSES, seed, root, sites, size,
                   val_fraction)
 
@@ -192,5 +196,12 @@ def office_caltech10(*, seed: int, root: str | None = None, sites: list[str] | N
 @DATASETS.register("domainnet", "DomainNet 10-class subset (FedBN split files) from a local directory; domain clients")
 def domainnet(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
               val_fraction: float = 0.1) -> FederatedData:
-    """DomainNet's ten-class FedBN subset (six domains); test = ``<site>_test.pkl``."""
+    """DomainNet's ten-class FedBN subset (six domains); test = ``<site>_test.pkl``.
+
+    Args:
+        root: the directory holding ``DomainNet/`` (layout in docs/data.md).
+        sites: the domains to use, one client each (default: all six).
+        size: side the images are resized to, >= 8.
+        val_fraction: share of each site's train file held out for validation, in [0, 1).
+    """
     return _fedbn("domainnet", "DomainNet", DOMAINNET_SITES, DOMAINNET_CLASSES, seed, root, sites, size, val_fraction)

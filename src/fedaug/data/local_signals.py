@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from fedaug.data.audio import fix_length, log_mel, read_wav, resample
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.brain_mri import axial_slices
 from fedaug.data.cache import load_or_build, package_versions
+from fedaug.data.label_split import Partition
 from fedaug.data.local_common import group_clients, label_skew_clients, layout_error, require_root, split_fractions
 from fedaug.data.registry import DATASETS
 
@@ -52,7 +53,7 @@ def read_uci_har(root: Any, split: str) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 @DATASETS.register("uci_har", "UCI-HAR from a local directory (9 inertial channels, 128 steps); subject or label-skew clients")
-def uci_har(*, seed: int, root: str | None = None, partition: str = "subject", num_clients: int = 10,
+def uci_har(*, seed: int, root: str | None = None, partition: Literal["subject", Partition] = "subject", num_clients: int = 10,
             alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
             val_fraction: float = 0.1, test_fraction: float = 0.2) -> FederatedData:
     """UCI-HAR clients, x ``(N, 9, 128)``.
@@ -61,7 +62,13 @@ def uci_har(*, seed: int, root: str | None = None, partition: str = "subject", n
     subject's windows of one activity are split in time order (first train, then val, then test),
     since neighbouring windows overlap by 50 %. Any other partition (FLea's setting) splits the
     official train set by labels and deals the official test set to clients IID
-    (``test_fraction`` unused).
+    (``test_fraction`` unused). The label partitions' options are those of
+    :func:`fedaug.data.fashion_mnist.fashion_mnist`.
+
+    Args:
+        root: the dataset's directory (``UCI HAR Dataset``; layout in docs/data.md).
+        partition: ``"subject"`` (default: one client per subject) or a label partition.
+        val_fraction, test_fraction: shares of each subject's windows per activity (``subject``).
     """
     tr, te = read_uci_har(root, "train"), read_uci_har(root, "test")
     fractions = split_fractions("uci_har", val_fraction, test_fraction)
@@ -115,11 +122,19 @@ def _us8k_features(root: Path, rows: list[dict[str, str]], duration: float, n_me
 
 @DATASETS.register("urbansound8k", "UrbanSound8K from a local directory (wav + CSV), log-mel; label-skew clients")
 def urbansound8k(*, seed: int, root: str | None = None, test_folds: list[int] | tuple[int, ...] = (10,),
-                 duration: float = 4.0, n_mels: int = 64, partition: str = "dirichlet", num_clients: int = 10,
+                 duration: float = 4.0, n_mels: int = 64, partition: Partition = "dirichlet", num_clients: int = 10,
                  alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100,
                  min_size: int = 1, val_fraction: float = 0.1) -> FederatedData:
     """UrbanSound8K: folds not in ``test_folds`` are partitioned by labels; the test folds are dealt
-    IID. Features: log-mel (22,050 Hz, n_fft 1024, hop 512), cached; x ``(N, 1, n_mels, frames)``."""
+    IID. Features: log-mel (22,050 Hz, n_fft 1024, hop 512), cached; x ``(N, 1, n_mels, frames)``.
+    The label partitions' options are those of :func:`fedaug.data.fashion_mnist.fashion_mnist`.
+
+    Args:
+        root: the dataset's directory (``metadata/`` and ``audio/``; layout in docs/data.md).
+        test_folds: the folds (1..10) that make the test set.
+        duration: seconds of each clip (cut or zero-padded).
+        n_mels: mel bands of the features.
+    """
     root = require_root("urbansound8k", root, US8K_LAYOUT)
     if not isinstance(test_folds, (list, tuple)) or not test_folds or any(f not in range(1, 11) for f in test_folds):
         raise ConfigError(f"urbansound8k: test_folds must be a non-empty list of folds in 1..10, got {test_folds!r}")
@@ -142,6 +157,12 @@ def urbansound8k(*, seed: int, root: str | None = None, test_folds: list[int] | 
 def prostate_mri(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
                  val_fraction: float = 0.1, test_fraction: float = 0.2) -> FederatedData:
     """ProstateMRI (FedFA/FedDG sites): axial slices with prostate, resized to ``size``; masks > 0 -> 1.
+
+    Args:
+        root: the dataset's directory, one folder per site (layout in docs/data.md).
+        sites: the sites to use, one client each (default: all six).
+        size: side of the resized slices.
+        val_fraction, test_fraction: shares of each site's slices (stratified split).
 
     Returns:
         Segmentation, 2 classes; x ``(N, 1, size, size)`` in [0, 1] per volume, y ``(N, size, size)``.

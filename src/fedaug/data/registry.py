@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 from fedaug.core.errors import ConfigError, suggest
+from fedaug.core.options import option_types
 from fedaug.core.registry import Registry
-from fedaug.core.typecheck import allowed, annotations_of, fits, is_numeric
+from fedaug.core.typecheck import allowed, fits, is_numeric
 from fedaug.data.base import FederatedData, hold_out_group
 
 Builder = Callable[..., FederatedData]
@@ -19,20 +19,13 @@ DATASETS: Registry[Builder] = Registry("dataset")
 OPTION_TABLES = {"dataset": "data.options", "model": "model.options", "method": "method.options.{name}"}
 
 
-def option_types(fn: Callable[..., Any]) -> dict[str, Any]:
-    """The options ``fn`` takes, its keyword-only parameters (``seed`` excluded), with their resolved
-    annotations (``Any`` where there is none: :func:`fedaug.core.typecheck.annotations_of`)."""
-    hints = annotations_of(fn)
-    return {p: hints.get(p, Any) for p, v in inspect.signature(fn).parameters.items()
-            if v.kind is inspect.Parameter.KEYWORD_ONLY and p != "seed"}
-
-
 def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any],
                   extra: tuple[str, ...] = ()) -> None:
     """Raise one :class:`ConfigError` naming every option ``fn`` does not accept, and every number
     or flag that does not fit its parameter's annotation (:func:`fedaug.core.typecheck.fits`: an
     integer option given ``2.5``, a number given NaN or inf, a flag given ``1``), by its config key.
-    String options are left to ``fn``, which knows their choices.
+    String options are left to ``fn``, which checks them (a ``Literal`` annotation's values:
+    :func:`fedaug.core.typecheck.choices`).
 
     Used for every ``[section.options]`` table: the valid option names are :func:`option_types`
     of ``fn`` and ``extra``.
@@ -54,14 +47,15 @@ def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[st
         raise ConfigError("; ".join(problems))
 
 
-#: options every dataset accepts, applied here after the dataset's builder
-COMMON_OPTIONS = ("held_out",)
+#: options every dataset accepts, applied here after the dataset's builder, with their help
+COMMON_OPTIONS = {"held_out": "a client group (domain, site) left out of training; every remaining client is tested "
+                              "on its test samples (leave-one-domain-out)"}
 
 
 def check_dataset_options(name: str, options: dict[str, Any]) -> None:
     """Raise one :class:`ConfigError` naming every option dataset ``name`` does not accept and every
     number or flag of the wrong type (see :func:`check_options`)."""
-    check_options("dataset", name, DATASETS.get(name), options, COMMON_OPTIONS)
+    check_options("dataset", name, DATASETS.get(name), options, tuple(COMMON_OPTIONS))
 
 
 def load_dataset(name: str, seed: int, **options: Any) -> FederatedData:

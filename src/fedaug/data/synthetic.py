@@ -23,6 +23,15 @@ def synthetic(*, seed: int, num_clients: int = 4, samples_per_client: int = 200,
 
     Every client gets ``samples_per_client`` train samples and a quarter of that each for val and
     test, with labels uniform over classes. Inputs ``(channels, size, size)`` float32.
+
+    Args:
+        num_clients: number of clients, >= 1.
+        samples_per_client: train samples per client, >= 4.
+        num_classes: number of classes, >= 2.
+        channels: input channels, >= 1.
+        size: image side, >= 4.
+        shift: strength of the per-client contrast and offset shift, >= 0.
+        noise: standard deviation of the added Gaussian noise, >= 0.
     """
     for name, value, lo in (("num_clients", num_clients, 1), ("samples_per_client", samples_per_client, 4),
                             ("num_classes", num_classes, 2), ("channels", channels, 1), ("size", size, 4),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -21,7 +22,8 @@ VARIANCES = {
     "fixed": "lam ** 2 for every channel (FedFA-R)",
 }
 #: what multiplies the standard normal noise (Eq. 9).
-NOISE_SCALES = ("std", "variance")
+NoiseScaling = Literal["std", "variance"]
+NOISE_SCALES: tuple[str, ...] = get_args(NoiseScaling)
 ESTIMATORS = ("paper", "official")
 _NEUTRAL = {"fused": 1.0, "direct": 0.0, "product": 1.0, "client": 0.0, "fixed": 0.0}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 
@@ -40,11 +41,10 @@ __all__ = ["CACHE_ENV", "FUSED_DEVICES", "MODES", "KernelBuildError", "build", "
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
 #: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device.
-MODES = ("off", "on")
+KernelMode = Literal["off", "on"]
+MODES: tuple[str, ...] = get_args(KernelMode)
 #: device types with a fused kernel: the compiled C++ kernel on the CPU, the Triton kernel on CUDA.
 FUSED_DEVICES = ("cpu", "cuda")
-#: chose the path before the ``kernel`` option existed (``auto``: the kernel when it built); no longer read.
-RETIRED_ENV = "FEDAUG_FFA_KERNEL"
 #: how to leave the kernel, for error messages.
 _FIX_OFF = ('or set the FFA layers\' kernel option to "off" (the pure-PyTorch path, the default: '
             'method.options.fedfa.kernel / method.options.vfda.kernel, FFALayer(kernel="off"))')

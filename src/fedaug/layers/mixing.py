@@ -10,7 +10,7 @@ weight) or comes from an explicit :class:`torch.Generator`, never from global st
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -18,8 +18,9 @@ from torch import Tensor, nn
 
 from fedaug.layers.functional import channel_stats, restyle_channels
 
-#: how MoEx computes the moments it exchanges.
-MOMENTS = {"pono": "over channels at each position (positional normalisation, the MoEx default)",
+#: how MoEx computes the moments it exchanges (the keys of :data:`MOMENTS`).
+Moments = Literal["pono", "instance"]
+MOMENTS: dict[str, str] = {"pono": "over channels at each position (positional normalisation, the MoEx default)",
            "instance": "over positions for each channel (instance normalisation, as MixStyle)"}
 
 

@@ -24,7 +24,7 @@ in :attr:`Component.phases`; per phase and per client::
 
 ``setup(model, input_shape)`` prepares each worker model once (attach layers) and
 ``init_server(model, num_clients)`` makes the initial server state. The engine validates and counts
-every part of every phase in one place (:func:`fedaug.engine.exchange.exchange`). Grouped training
+every part of every phase in one place (:func:`fedaug.engine.server.exchange.exchange`). Grouped training
 (``train.group_clients > 1``, :mod:`fedaug.engine.client.grouped`) calls the ``group_*`` forms of the client
 hooks instead, for the components that offer them (:meth:`Component.group_blocker`).
 """

@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 #: the cross-client rules of shared statistics (``stats_rule``): the papers' mean, and two robust ones.
-STATS_RULES = ("mean", "median", "trimmed_mean")
+StatsRule = Literal["mean", "median", "trimmed_mean"]
+STATS_RULES: tuple[str, ...] = get_args(StatsRule)
 #: ``1 / Phi^-1(3/4)``: scales the median absolute deviation to the standard deviation of a normal.
 MAD_TO_STD = 1.0 / NormalDist().inv_cdf(0.75)
 

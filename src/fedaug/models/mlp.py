@@ -37,7 +37,12 @@ class MLP(StagedModel):
 
 @MODELS.register("mlp", "FedAvg's 2NN: flatten, 2 hidden layers of 200 ReLU units (199,210 params on 1x28x28)")
 def mlp(*, in_channels: int, num_classes: int, input_size: int = 28, hidden: list[int] | None = None) -> MLP:
-    """``input_size``: height = width of the ``(B, in_channels, input_size, input_size)`` input."""
+    """The 2NN for ``(B, in_channels, input_size, input_size)`` inputs.
+
+    Args:
+        input_size: height = width of the input.
+        hidden: the hidden layers' widths (default ``[200, 200]``: the paper's 2NN).
+    """
     if input_size < 1:
         raise ConfigError(f"mlp.input_size must be >= 1, got {input_size}")
     return MLP(in_channels * input_size * input_size, num_classes, tuple(hidden) if hidden else (200, 200))

@@ -19,6 +19,7 @@ pair. After ``head`` the skips are empty.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +37,8 @@ _NORM = {
     ("instance", 2): lambda c: nn.InstanceNorm2d(c, affine=True),
     ("instance", 3): lambda c: nn.InstanceNorm3d(c, affine=True),
 }
+#: the normalisation layers of a U-Net (option ``norm``)
+Norm = Literal["batch", "instance"]
 
 
 def _block(dims: int, norm: str, cin: int, cout: int) -> nn.Sequential:
@@ -145,7 +148,14 @@ class UNet(StagedModel):
 
 
 @MODELS.register("unet2d", "2-D U-Net, base width 32, BN (FedFA Tables 14-15; ProstateMRI 384x384), 7.76M params")
-def unet2d(*, in_channels: int, num_classes: int, base_width: int = 32, depth: int = 4, norm: str = "batch") -> UNet:
+def unet2d(*, in_channels: int, num_classes: int, base_width: int = 32, depth: int = 4,
+           norm: Norm = "batch") -> UNet:
+    """A 2-D :class:`UNet` with encoder widths ``base_width * 2 ** i``, ``i = 0..depth``.
+
+    Args:
+        base_width: channels of the first encoder level (32 in FedFA Table 14).
+        depth: poolings between the first level and the bottleneck (4 in FedFA Table 14).
+    """
     if base_width < 1 or depth < 1:
         raise ConfigError(f"unet2d: base_width and depth must be >= 1, got base_width={base_width}, depth={depth}")
     features = tuple(base_width * 2**i for i in range(depth + 1))
@@ -154,6 +164,6 @@ def unet2d(*, in_channels: int, num_classes: int, base_width: int = 32, depth: i
 
 @MODELS.register("unet3d", "3-D U-Net with configurable encoder widths; augmentation after each encoder layer (VFDA)")
 def unet3d(
-    *, in_channels: int, num_classes: int, features: Sequence[int] = (16, 32, 64, 128), norm: str = "batch"
+    *, in_channels: int, num_classes: int, features: Sequence[int] = (16, 32, 64, 128), norm: Norm = "batch"
 ) -> UNet:
     return UNet(in_channels, num_classes, tuple(features), dims=3, norm=norm, attach_after="encoder")

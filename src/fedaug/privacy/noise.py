@@ -10,11 +10,15 @@ dataset statistics and FedMix to its mean images: option ``share_noise`` (the st
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor
 
 
-SCALES = ("absolute", "relative")
+#: what ``std`` is relative to (option ``share_noise_scale``): nothing, or the tensor's own standard deviation.
+NoiseScale = Literal["absolute", "relative"]
+SCALES: tuple[str, ...] = get_args(NoiseScale)
 
 
 def add_gaussian_noise(t: Tensor, std: float, generator: torch.Generator, *, scale: str = "absolute") -> Tensor:

@@ -30,19 +30,17 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fedaug.config.load import apply_overrides, parse_config, read_toml
-from fedaug.config.presets import PRESETS, describe_files, preset_path
-from fedaug.config.schema import RunConfig
+from fedaug.config.load import apply_overrides, parse_config, read_toml, with_imports
+from fedaug.config.presets import GRID_DIR, GRIDS, PRESETS, preset_path
+from fedaug.config.schema import DataConfig, RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
 from fedaug.data.registry import check_dataset_options
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
 
-GRID_DIR = Path(str(resources.files("fedaug") / "presets" / "grids"))
 KINDS = ("paper", "stand-in")
 FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "common", "settings",
              "methods")
@@ -52,10 +50,6 @@ RESERVED = ("seed", "name", "out_dir")
 #: (add-ons such as FedDecorr or CCVR that go with whatever augmentation the method column uses)
 AUGS_AFTER = "augs_after"
 DEFAULT_SETTING = "default"
-
-
-#: shipped grid name -> one-line description
-GRIDS: dict[str, str] = describe_files(GRID_DIR)
 
 
 def slug(label: str) -> str:
@@ -92,7 +86,9 @@ class GridSpec:
         baseline: the label each method is compared with.
         overrides: ``key=value`` strings applied last (``--set``).
         description, kind, reproduces, notes: what the grid is; ``kind`` is ``"paper"`` or ``"stand-in"``.
-        root: directory that a relative ``base`` path is resolved against.
+        root: directory that a relative ``base`` path, and relative ``imports`` of the grid's tables,
+            are resolved against.
+        imports: modules every cell imports (``--import``; added to each cell's ``imports``).
     """
 
     name: str
@@ -108,6 +104,7 @@ class GridSpec:
     reproduces: str = ""
     notes: str = ""
     root: Path = Path(".")
+    imports: list[str] = field(default_factory=list)
 
     def base_raw(self) -> dict[str, Any]:
         """The base config as a nested dict (a preset, a TOML file or ``{}``)."""
@@ -115,7 +112,8 @@ class GridSpec:
             return {}
         if self.base in PRESETS:
             return read_toml(preset_path(self.base))
-        return read_toml(self.root / self.base)
+        path = self.root / self.base
+        return with_imports(read_toml(path), path.parent)
 
     def raw(self, setting: str, method: str, seed: int) -> dict[str, Any]:
         """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set."""
@@ -125,7 +123,7 @@ class GridSpec:
         if after:
             section = merged.setdefault("method", {})
             section["augs"] = [*section.get("augs", []), *after]
-        merged = apply_overrides(merged, self.overrides)
+        merged = with_imports(apply_overrides(merged, self.overrides), self.root, self.imports)
         merged["seed"] = seed
         return merged
 
@@ -159,7 +157,7 @@ def _problems_of_table(where: str, table: Any, problems: list[str]) -> dict[str,
 
 
 def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds: Sequence[int] | None = None,
-               baseline: str | None = None, overrides: Sequence[str] = ()) -> GridSpec:
+               baseline: str | None = None, overrides: Sequence[str] = (), imports: Sequence[str] = ()) -> GridSpec:
     """Build a :class:`GridSpec` from a grid file's contents and check every cell's config.
 
     Args:
@@ -167,6 +165,7 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
         name: the grid's name.
         root: directory of the grid file (a relative ``base`` is resolved against it).
         seeds, baseline, overrides: command-line values; ``seeds`` and ``baseline`` replace the file's.
+        imports: modules every cell imports (``--import``), see :class:`GridSpec`.
 
     Raises:
         ConfigError: every problem found, one per line: unknown keys, a bad kind, seeds or
@@ -218,7 +217,8 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
         raise ConfigError(f"grid '{name}' is invalid:\n  " + "\n  ".join(problems))
     spec = GridSpec(name=name, methods=methods, seeds=seeds, base=base, common=common, settings=settings,
                     baseline=baseline, overrides=list(overrides), description=raw.get("description", ""),
-                    kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root)
+                    kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root,
+                    imports=list(imports))
     check_cells(spec)
     return spec
 
@@ -275,7 +275,7 @@ def select(spec: GridSpec, methods: Sequence[str] = (), settings: Sequence[str] 
 
 
 def load_grid(source: str, *, seeds: Sequence[int] | None = None, baseline: str | None = None,
-              overrides: Sequence[str] = ()) -> GridSpec:
+              overrides: Sequence[str] = (), imports: Sequence[str] = ()) -> GridSpec:
     """Load a grid file, or a shipped grid by name (``fedaug list grids``), and validate it."""
     if source in GRIDS:
         path = GRID_DIR / f"{source}.toml"
@@ -291,16 +291,28 @@ def load_grid(source: str, *, seeds: Sequence[int] | None = None, baseline: str 
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"grid file '{path}' is not valid TOML: {exc}") from None
-    return parse_grid(raw, path.stem, path.parent, seeds=seeds, baseline=baseline, overrides=overrides)
+    return parse_grid(raw, path.stem, path.parent, seeds=seeds, baseline=baseline, overrides=overrides,
+                      imports=imports)
+
+
+def content_name(spec: GridSpec) -> str:
+    """What a grid compares, as its name: its datasets and its method labels (:func:`slug`), e.g.
+    ``synthetic-fedavg-fedfa``; a grid made on the command line is named so (its output directory
+    ``runs/compare/<name>`` and its tables' title)."""
+    datasets = dict.fromkeys(str(spec.raw(s, spec.baseline, spec.seeds[0]).get("data", {}).get("name", DataConfig.name))
+                             for s in spec.settings)
+    return "-".join(["+".join(map(slug, datasets)), *map(slug, spec.methods)])
 
 
 def grid_from_args(base: str | None, methods: Sequence[Sequence[str]], settings: Sequence[Sequence[str]],
-                   seeds: Sequence[int], *, baseline: str | None = None, overrides: Sequence[str] = ()) -> GridSpec:
-    """A grid from the command line: ``methods``/``settings`` are ``[LABEL, key=value, ...]`` lists.
+                   seeds: Sequence[int], *, baseline: str | None = None, overrides: Sequence[str] = (),
+                   imports: Sequence[str] = ()) -> GridSpec:
+    """A grid from the command line: ``methods``/``settings`` are ``[LABEL, key=value, ...]`` lists;
+    named after what it compares (:func:`content_name`).
 
     >>> g = grid_from_args("digits4", [["FedAvg"], ["FedFA", "method.augs=[fedfa]"]], [], [0, 1])
-    >>> g.methods
-    {'FedAvg': {}, 'FedFA': {'method': {'augs': ['fedfa']}}}
+    >>> g.methods, g.name
+    ({'FedAvg': {}, 'FedFA': {'method': {'augs': ['fedfa']}}}, 'digits4-fedavg-fedfa')
     """
     def table(kind: str, items: Sequence[Sequence[str]]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -318,4 +330,5 @@ def grid_from_args(base: str | None, methods: Sequence[Sequence[str]], settings:
         raw["base"] = base
     if settings:
         raw["settings"] = table("setting", settings)
-    return parse_grid(raw, Path(base).stem if base else "grid", Path("."), baseline=baseline, overrides=overrides)
+    spec = parse_grid(raw, "command line", Path("."), baseline=baseline, overrides=overrides, imports=imports)
+    return replace(spec, name=content_name(spec))

@@ -42,7 +42,7 @@ def finetune_meters(recipe: Recipe, ctx: ClientCtx, client: ClientData, message:
         down_specs: ``{component name: spec}`` of the training downlink, checked before use.
 
     Returns:
-        The fine-tuned model's meters (:func:`~fedaug.engine.client.evaluate.meters_part` keys) under
+        The fine-tuned model's meters (:func:`~fedaug.engine.protocol.meters_part` keys) under
         :data:`~fedaug.engine.client.evaluate.FINETUNED`.
 
     Raises:

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from fedaug.config.load import dump_toml
-from fedaug.config.schema import RunConfig
+from fedaug.config.schema import RunConfig, run_name
 from fedaug.core.errors import CheckpointError, FedaugError, StorageError
 from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
                                    save_tensors, to_json)
@@ -127,13 +127,31 @@ def _lines(left_out: list[dict[str, Any]]) -> str:
 class RunDir:
     """One run's directory (DESIGN.md, "Run directory"); every write is atomic or append-fsynced.
 
+    What :func:`~fedaug.engine.run.run_experiment` returns beside the summary. Its files:
+    ``config.toml`` (the resolved config), ``metrics.jsonl`` (one record per round:
+    :meth:`rounds`), ``summary.json`` (:meth:`read_summary`, once the run is finished),
+    ``report.md`` and ``checkpoints/round_XXXXXX.pt`` (:meth:`checkpoints`).
+
     Args:
         path: the directory (created if missing).
+
+    Attributes:
+        path: the directory, a :class:`~pathlib.Path` (``fedaug resume <path>`` continues the run;
+            ``os.fspath(run_dir)`` gives it too).
+
+    >>> RunDir("runs/digits4-fedavg-20260101-120000")
+    RunDir('runs/digits4-fedavg-20260101-120000')
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock: RunLock | None = None
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
 
     @classmethod
     def create(cls, out_dir: str | os.PathLike[str], name: str) -> "RunDir":
@@ -151,8 +169,7 @@ class RunDir:
     def start(cls, cfg: RunConfig, out_dir: str | os.PathLike[str] | None = None) -> "RunDir":
         """A new run directory for ``cfg`` under ``out_dir`` (default ``cfg.out_dir``), locked for
         this process (:meth:`lock`), holding its resolved config."""
-        run = cls.create(out_dir if out_dir is not None else cfg.out_dir,
-                         cfg.name or f"{cfg.data.name}-{cfg.method.base}")
+        run = cls.create(out_dir if out_dir is not None else cfg.out_dir, run_name(cfg))
         run.lock()
         run.write_config(cfg)
         return run

@@ -19,7 +19,7 @@ from fedaug.methods.recipe import Recipe
 @dataclasses.dataclass(frozen=True)
 class TrainingSender:
     """A component as a sender of its *training* downlink in the evaluation phase, under the name
-    ``finetune/<name>`` (what :func:`~fedaug.engine.exchange.exchange` needs of a sender)."""
+    ``finetune/<name>`` (what :func:`~fedaug.engine.server.exchange.exchange` needs of a sender)."""
 
     component: Component
 

@@ -1,7 +1,7 @@
 """fedaug's server side of a run, whatever carries the messages: the one round loop.
 
 Per round the server samples logical client ids with its own seeded generator and runs the round's
-phases, each the same exchange (:func:`~fedaug.engine.exchange.exchange`: a fresh message per
+phases, each the same exchange (:func:`~fedaug.engine.server.exchange.exchange`: a fresh message per
 client, validated and counted replies): training, whose replies every component aggregates over
 the accepted clients sorted by client id; the post-aggregation query, when a component replies in
 it; and, every ``eval.every`` rounds, evaluation; then it records the round. The clients
@@ -164,9 +164,9 @@ class Server:
 
     # --- one round ----------------------------------------------------------------------------
     def _exchange(self, phase: Phase, r: int, lr: float, client_ids: list[int]) -> PhaseResult:
-        """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.exchange.exchange`); an
+        """Run ``phase`` on ``client_ids`` (see :func:`~fedaug.engine.server.exchange.exchange`); an
         evaluation with ``eval.finetune_steps`` also sends the training downlinks
-        (:func:`~fedaug.engine.client.finetune.finetune_senders`) and expects the fine-tuned meters."""
+        (:func:`~fedaug.engine.server.finetune.finetune_senders`) and expects the fine-tuned meters."""
         senders: list[Any] = list(self.recipe.participants(phase))
         server = self.server
         if phase == "evaluate":

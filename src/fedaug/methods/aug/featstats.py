@@ -23,6 +23,7 @@ from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError, PayloadError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers import kernel as compiled
+from fedaug.layers.kernel import KernelMode
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
 from fedaug.layers.ffa import Drawn, FFALayer
 from fedaug.layers.functional import client_sharing_variance
@@ -30,10 +31,10 @@ from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import (DEFAULT_STATS_BETA, attach_points, check_at, check_choice, check_dp, check_noise,
                                     check_probability, check_stats_rule)
 from fedaug.methods.recorded import Recorded
-from fedaug.methods.robust import robust_variance
+from fedaug.methods.robust import StatsRule, robust_variance
 from fedaug.privacy.clip import clip_by_l2
 from fedaug.privacy.mechanism import gaussian_mechanism
-from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.noise import NoiseScale, add_gaussian_noise
 from fedaug.privacy.release import GaussianRelease
 
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
@@ -94,8 +95,8 @@ class FeatureStatsAug(Component, abc.ABC):
                     "predates the kernel")}
 
     def __init__(self, *, at: Sequence[str] | None, p: float, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
-                 dp_noise: float | None = None, kernel: str = "off", stats_rule: str = "mean",
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None, kernel: KernelMode = "off", stats_rule: StatsRule = "mean",
                  stats_beta: float = DEFAULT_STATS_BETA) -> None:
         self.at = check_at(self.name, at)
         self.p = check_probability(self.name, "p", p)

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Literal
 
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError
 from fedaug.layers.ffa import FFALayer
 from fedaug.layers.functional import client_sharing_variance, t_modulation
+from fedaug.layers.kernel import KernelMode
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
 from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
+from fedaug.methods.robust import StatsRule
+from fedaug.privacy.noise import NoiseScale
 
+#: the variance option's values
+Variance = Literal["fused", "direct", "client", "fixed"]
 #: variance option -> (downlink quantities per layer, uplink quantities per layer)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "fused": (("gamma_mu", "gamma_sigma"), RUNNING),  # FedFA, Eq. 5-7
@@ -71,11 +77,11 @@ class FedFA(FeatureStatsAug):
 
     name = "fedfa"
 
-    def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: str = "fused",
+    def __init__(self, *, p: float = 0.5, momentum: float = 0.99, variance: Variance = "fused",
                  lam: float | None = None, at: Sequence[str] | None = None,
                  official_compat: bool = False, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
-                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
+                 kernel: KernelMode = "off", stats_rule: StatsRule = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
                          dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         self.momentum = check_probability(self.name, "momentum", momentum)

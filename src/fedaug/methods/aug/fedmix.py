@@ -25,6 +25,7 @@ loss is bounded.
 from __future__ import annotations
 
 import warnings
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +40,11 @@ from fedaug.methods.component import Batch, ClientCtx, State
 from fedaug.methods.recipe import METHODS
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.mechanism import gaussian_mechanism
-from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.noise import NoiseScale, add_gaussian_noise
 from fedaug.privacy.release import GaussianRelease
 
-MODES = ("fedmix", "naive")
+Mode = Literal["fedmix", "naive"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 #: warned (once per process, Python's default filter) when a client's Taylor loss sums below 0 in a round
 NEGATIVE_LOSS = ("fedmix: a client's Taylor loss went negative over a round's local steps; the loss is unbounded "
@@ -116,8 +118,8 @@ class FedMix(PoolAug):
 
     name = "fedmix"
 
-    def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: str = "fedmix", share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+    def __init__(self, *, lam: float = 0.1, mean_batch: int = 10, mode: Mode = "fedmix", share_noise: float = 0.0,
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None,
                  dp_noise: float | None = None) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale

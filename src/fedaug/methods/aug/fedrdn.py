@@ -26,7 +26,7 @@ Protocol (the paper computes statistics "before the start of training"; here, wi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor, nn
@@ -38,15 +38,17 @@ from fedaug.layers.functional import channel_stats, normalize_channels
 from fedaug.layers.mixing import dataset_channel_stats
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.mechanism import gaussian_mechanism
-from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.noise import NoiseScale, add_gaussian_noise
 from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_dp, check_noise, check_stats_rule
-from fedaug.methods.robust import clamp_to_robust_range
+from fedaug.methods.robust import StatsRule, clamp_to_robust_range
 from fedaug.privacy.release import GaussianRelease
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
-VARIANTS = ("random", "average")
-DRAWS = ("image", "batch")
+Variant = Literal["random", "average"]
+VARIANTS: tuple[str, ...] = get_args(Variant)
+Draw = Literal["image", "batch"]
+DRAWS: tuple[str, ...] = get_args(Draw)
 
 
 def client_stats(ctx: ClientCtx) -> tuple[Tensor, Tensor]:
@@ -149,9 +151,9 @@ class FedRDN(Component):
     name = "fedrdn"
     phases = ("train", "evaluate")
 
-    def __init__(self, *, variant: str = "random", draw: str = "image", share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
-                 dp_noise: float | None = None, stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
+    def __init__(self, *, variant: Variant = "random", draw: Draw = "image", share_noise: float = 0.0,
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None,
+                 dp_noise: float | None = None, stats_rule: StatsRule = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         check_noise(self.name, share_noise, share_noise_scale)
         self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.share_noise, self.share_noise_scale = float(share_noise), share_noise_scale

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -41,10 +42,11 @@ from fedaug.models.split import extract_features, forward_back, forward_front, s
 from fedaug.privacy.clip import clip_rows
 from fedaug.privacy.dcor import distance_correlation
 from fedaug.privacy.mechanism import gaussian_mechanism
-from fedaug.privacy.noise import add_gaussian_noise
+from fedaug.privacy.noise import NoiseScale, add_gaussian_noise
 from fedaug.privacy.release import GaussianRelease
 
-DISTILL_ON = ("mixed", "buffer")
+DistillOn = Literal["mixed", "buffer"]
+DISTILL_ON: tuple[str, ...] = get_args(DistillOn)
 
 
 @METHODS.register("flea", "FLea (KDD 2024): mixup with a buffer of shared dCor-obfuscated features + distillation")
@@ -86,9 +88,9 @@ class FLea(Component):
 
     def __init__(self, *, stage: str | None = None, share_fraction: float = 0.1, beta: float = 2.0,
                  distill_weight: float = 1.0, dcor_weight: float = 3.0, dcor_final_weight: float | None = None,
-                 dcor_decay_rounds: int = 20, dcor_squared: bool = True, distill_on: str = "mixed",
+                 dcor_decay_rounds: int = 20, dcor_squared: bool = True, distill_on: DistillOn = "mixed",
                  unmixed_ce: bool = False, max_buffer: int = 10_000, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None,
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None,
                  dp_noise: float | None = None) -> None:
         problems = [p for p in (
             range_problem("flea.share_fraction", share_fraction, lo=0.0, hi=1.0),

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
 from fedaug.layers.attach import AttachHandle, attach
-from fedaug.layers.mixing import MOMENTS, MoExLayer, mix, soft_labels
+from fedaug.layers.mixing import MOMENTS, Moments, MoExLayer, mix, soft_labels
 from fedaug.methods.options import attach_points, check_choice, check_probability, check_range, require_classification
 from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
@@ -35,7 +35,7 @@ class MoEx(Component):
 
     name = "moex"
 
-    def __init__(self, *, p: float = 0.5, lam: float = 0.9, at: str | None = None, moments: str = "pono",
+    def __init__(self, *, p: float = 0.5, lam: float = 0.9, at: str | None = None, moments: Moments = "pono",
                  eps: float = 1e-5) -> None:
         self.p = check_probability(self.name, "p", p)
         self.lam = check_probability(self.name, "lam", lam)

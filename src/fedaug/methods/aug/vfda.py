@@ -9,12 +9,15 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from fedaug.layers.ffa import NOISE_SCALES, FFALayer
+from fedaug.layers.ffa import NOISE_SCALES, FFALayer, NoiseScaling
+from fedaug.layers.kernel import KernelMode
 from fedaug.methods.aug.featstats import RUNNING, FeatureStatsAug
 from fedaug.methods.options import DEFAULT_STATS_BETA, check_choice, check_probability, check_range
 from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import METHODS
 from fedaug.methods.recorded import Recorded
+from fedaug.methods.robust import StatsRule
+from fedaug.privacy.noise import NoiseScale
 
 
 def emd_momentum(eta0: float, round_: int) -> float:
@@ -75,10 +78,10 @@ class VFDA(FeatureStatsAug):
                     "became 'std' (issue 18)")}
 
     def __init__(self, *, p: float = 1.0, eta0: float = 10.0, emd: bool = True, momentum: float = 0.99,
-                 global_variance: bool = True, noise_scale: str = "std",
+                 global_variance: bool = True, noise_scale: NoiseScaling = "std",
                  at: Sequence[str] | None = None, eps: float = 1e-6, share_noise: float = 0.0,
-                 share_noise_scale: str = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
-                 kernel: str = "off", stats_rule: str = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
+                 share_noise_scale: NoiseScale = "absolute", dp_clip: float | None = None, dp_noise: float | None = None,
+                 kernel: KernelMode = "off", stats_rule: StatsRule = "mean", stats_beta: float = DEFAULT_STATS_BETA) -> None:
         super().__init__(at=at, p=p, share_noise=share_noise, share_noise_scale=share_noise_scale, dp_clip=dp_clip,
                          dp_noise=dp_noise, kernel=kernel, stats_rule=stats_rule, stats_beta=stats_beta)
         check_range("vfda.eta0", eta0, lo=0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -19,10 +20,15 @@ from fedaug.methods.recipe import METHODS
 from fedaug.privacy.clip import clip_update
 from fedaug.privacy.release import GaussianRelease
 
-WEIGHTINGS = ("samples", "uniform")
-BN_POLICIES = ("average", "local", "drop")
+#: how client updates are weighted (option ``weighting``): by training samples, or equally.
+Weighting = Literal["samples", "uniform"]
+WEIGHTINGS: tuple[str, ...] = get_args(Weighting)
+#: what happens to BatchNorm entries (option ``bn``).
+BnPolicy = Literal["average", "local", "drop"]
+BN_POLICIES: tuple[str, ...] = get_args(BnPolicy)
 #: where client updates are clipped (option ``clip_at``): by the server on receipt, or by the client.
-CLIP_SITES = ("server", "client")
+ClipSite = Literal["server", "client"]
+CLIP_SITES: tuple[str, ...] = get_args(ClipSite)
 
 
 #: BatchNorm entries that hold no negative value (a running variance, a batch counter)
@@ -98,8 +104,8 @@ class FedAvg(Component):
     role = "server"
     phases = ("train", "query", "evaluate")
 
-    def __init__(self, *, weighting: str = "samples", bn: str = "average", clip_norm: float = 0.0,
-                 clip_at: str = "server", noise_multiplier: float = 0.0) -> None:
+    def __init__(self, *, weighting: Weighting = "samples", bn: BnPolicy = "average", clip_norm: float = 0.0,
+                 clip_at: ClipSite = "server", noise_multiplier: float = 0.0) -> None:
         self.weighting = check_choice(self.name, "weighting", weighting, WEIGHTINGS)
         self.bn = check_choice(self.name, "bn", bn, BN_POLICIES)
         self.clip_at = check_choice(self.name, "clip_at", clip_at, CLIP_SITES)

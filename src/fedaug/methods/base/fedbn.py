@@ -8,7 +8,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from fedaug.core.payload import Part
 from fedaug.methods._common import detached, load_entries
 from fedaug.methods.component import State
-from fedaug.methods.base.fedavg import FedAvg
+from fedaug.methods.base.fedavg import FedAvg, Weighting
 from fedaug.methods.recipe import METHODS
 
 
@@ -41,7 +41,7 @@ class FedBN(FedAvg):
 
     name = "fedbn"
 
-    def __init__(self, *, weighting: str = "samples") -> None:
+    def __init__(self, *, weighting: Weighting = "samples") -> None:
         super().__init__(weighting=weighting, bn="local")
 
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:

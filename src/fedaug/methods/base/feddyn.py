@@ -12,7 +12,7 @@ from fedaug.core.payload import Part
 from fedaug.methods._common import detached, squared_distance, trainable
 from fedaug.methods.options import check_range
 from fedaug.methods.component import Batch, ClientCtx, Phase, State, Uplink
-from fedaug.methods.base.fedavg import FedAvg
+from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting
 from fedaug.methods.recipe import METHODS
 
 
@@ -37,7 +37,7 @@ class FedDyn(FedAvg):
 
     name = "feddyn"
 
-    def __init__(self, *, alpha: float = 0.01, weighting: str = "samples", bn: str = "average") -> None:
+    def __init__(self, *, alpha: float = 0.01, weighting: Weighting = "samples", bn: BnPolicy = "average") -> None:
         super().__init__(weighting=weighting, bn=bn)
         check_range("feddyn.alpha", alpha, lo=0.0, lo_open=True)
         self.alpha = alpha

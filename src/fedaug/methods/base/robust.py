@@ -19,7 +19,7 @@ import torch
 
 from fedaug.core.errors import AggregationError, ConfigError
 from fedaug.core.payload import Part
-from fedaug.methods.base.fedavg import FedAvg, weighted_average
+from fedaug.methods.base.fedavg import BnPolicy, ClipSite, FedAvg, Weighting, weighted_average
 from fedaug.methods.options import check_range, range_problem
 from fedaug.methods.recipe import METHODS
 from fedaug.methods.robust import coordinate_median, krum_select, stack_clients, trimmed_mean
@@ -43,7 +43,7 @@ class Median(FedAvg):
 
     name = "median"
 
-    def __init__(self, *, bn: str = "average", clip_norm: float = 0.0, clip_at: str = "server") -> None:
+    def __init__(self, *, bn: BnPolicy = "average", clip_norm: float = 0.0, clip_at: ClipSite = "server") -> None:
         super().__init__(weighting="uniform", bn=bn, clip_norm=clip_norm, clip_at=clip_at)
 
     def combine(self, parts: Sequence[Part], weights: Sequence[float], keys: Sequence[str]) -> Part:
@@ -67,8 +67,8 @@ class TrimmedMean(FedAvg):
 
     name = "trimmed_mean"
 
-    def __init__(self, *, beta: float = 0.1, bn: str = "average", clip_norm: float = 0.0,
-                 clip_at: str = "server") -> None:
+    def __init__(self, *, beta: float = 0.1, bn: BnPolicy = "average", clip_norm: float = 0.0,
+                 clip_at: ClipSite = "server") -> None:
         super().__init__(weighting="uniform", bn=bn, clip_norm=clip_norm, clip_at=clip_at)
         check_range(f"{self.name}.beta", beta, lo=0.0, hi=0.5, hi_open=True)
         self.beta = float(beta)
@@ -103,8 +103,8 @@ class Krum(FedAvg):
 
     name = "krum"
 
-    def __init__(self, *, f: int = 0, m: int = 1, weighting: str = "uniform", bn: str = "average",
-                 clip_norm: float = 0.0, clip_at: str = "server") -> None:
+    def __init__(self, *, f: int = 0, m: int = 1, weighting: Weighting = "uniform", bn: BnPolicy = "average",
+                 clip_norm: float = 0.0, clip_at: ClipSite = "server") -> None:
         super().__init__(weighting=weighting, bn=bn, clip_norm=clip_norm, clip_at=clip_at)
         problems = [p for p in (range_problem(f"{self.name}.f", f, lo=0, integer=True),
                                 range_problem(f"{self.name}.m", m, lo=1, integer=True)) if p]

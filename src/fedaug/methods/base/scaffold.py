@@ -12,7 +12,7 @@ from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.methods._common import client_weights, detached, normalizing_norm, sgd_momentum, trainable
 from fedaug.methods.options import check_range
 from fedaug.methods.component import ClientCtx, Phase, State, Uplink
-from fedaug.methods.base.fedavg import FedAvg
+from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting
 from fedaug.methods.recipe import METHODS
 
 CONTROL = "c/"  #: downlink key prefix of the server control variate c
@@ -53,8 +53,8 @@ class SCAFFOLD(FedAvg):
 
     name = "scaffold"
 
-    def __init__(self, *, server_lr: float = 1.0, momentum_aware: bool = True, weighting: str = "samples",
-                 bn: str = "average") -> None:
+    def __init__(self, *, server_lr: float = 1.0, momentum_aware: bool = True, weighting: Weighting = "samples",
+                 bn: BnPolicy = "average") -> None:
         super().__init__(weighting=weighting, bn=bn)
         check_range("scaffold.server_lr", server_lr, lo=0.0, lo_open=True)
         self.server_lr = server_lr

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from fedaug.methods._common import trainable
 from fedaug.methods.options import check_range, warn_like_fedavg
 from fedaug.methods.component import Phase, State, Uplink
-from fedaug.methods.base.fedavg import FedAvg
+from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting
 from fedaug.methods.recipe import METHODS
 
 
@@ -73,8 +73,8 @@ class FedAvgM(_ServerOptimizer):
     name = "fedavgm"
     buffers = ("momentum",)
 
-    def __init__(self, *, momentum: float = 0.9, server_lr: float = 1.0, weighting: str = "samples",
-                 bn: str = "average") -> None:
+    def __init__(self, *, momentum: float = 0.9, server_lr: float = 1.0, weighting: Weighting = "samples",
+                 bn: BnPolicy = "average") -> None:
         super().__init__(weighting=weighting, bn=bn)
         check_range("fedavgm.momentum", momentum, lo=0.0, hi=1.0, hi_open=True)
         check_range("fedavgm.server_lr", server_lr, lo=0.0, lo_open=True)
@@ -99,7 +99,7 @@ class _Adaptive(_ServerOptimizer):
     buffers = ("m", "v")
 
     def __init__(self, *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99,
-                 tau: float = 1e-3, weighting: str = "samples", bn: str = "average") -> None:
+                 tau: float = 1e-3, weighting: Weighting = "samples", bn: BnPolicy = "average") -> None:
         super().__init__(weighting=weighting, bn=bn)
         check_range(f"{self.name}.server_lr", server_lr, lo=0.0, lo_open=True)
         check_range(f"{self.name}.beta1", beta1, lo=0.0, hi=1.0, hi_open=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
@@ -11,7 +13,8 @@ from fedaug.methods.component import Batch, ClientCtx, Component
 from fedaug.methods.recipe import METHODS
 
 #: how :func:`decorrelation_loss` normalises the correlation matrix
-NORMALIZATIONS = ("paper", "official")
+Normalization = Literal["paper", "official"]
+NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
 
 
 def decorrelation_loss(z: Tensor, eps: float = 1e-8, normalization: str = "paper") -> Tensor:
@@ -70,7 +73,7 @@ class FedDecorr(Component):
     name = "feddecorr"
     role = "objective"
 
-    def __init__(self, *, beta: float = 0.1, normalization: str = "paper") -> None:
+    def __init__(self, *, beta: float = 0.1, normalization: Normalization = "paper") -> None:
         check_range("feddecorr.beta", beta, lo=0.0)
         if beta == 0:
             warn_like_fedavg("feddecorr.beta=0", "FedDecorr", "leaving it out")
