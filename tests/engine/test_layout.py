@@ -30,8 +30,10 @@ RELEASE_0_1: dict[str, list[str]] = {
                "Attack"],
     "local": ["LocalSteps", "make_optimizer", "LocalOptimizer", "component_views", "batch_sizes", "num_local_steps",
               "batch_indices", "train_client", "eager_steps", "train_metrics"],
+    # (client_loss and optimizer_step, the grouped path's own step, became the one step's StepPlan.loss and
+    # StepPlan.update, issue 45: not kept)
     "grouped": ["GROUPED_FORMS", "component_blocker", "group_blockers", "group_size", "plan_groups", "stack_states",
-                "state_slice", "client_loss", "optimizer_step", "train_group"],
+                "state_slice", "train_group"],
     "graphed": ["MAX_GRAPHS", "WARMUP_STEPS", "GraphKey", "Capture", "CudaGraphs", "graph_blocker", "graph_blockers",
                 "graphed_steps", "graph_key", "reset_optimizer_state_", "state_leaves", "copy_state_", "Graphed",
                 "GraphedSteps"],
@@ -50,7 +52,9 @@ RELEASE_0_1: dict[str, list[str]] = {
 PACKAGES_KEEPING_NAMES = {"server", "records"}
 #: what the old names that changed are now
 RENAMED = {("evaluate", "SPLITS"): "EVAL_SPLITS", ("finetune", "PREFIX"): "FINETUNE_PREFIX",
-           ("pool", "SPLITS"): "PACKED_SPLITS"}
+           ("pool", "SPLITS"): "PACKED_SPLITS", ("grouped", "GROUPED_FORMS"): "STEP_FORMS",
+           ("grouped", "component_blocker"): "step_blocker", ("grouped", "group_blockers"): "step_blockers",
+           ("graphed", "graph_blocker"): "step_blocker", ("graphed", "graph_blockers"): "step_blockers"}
 
 OLD_PATHS = [(m, n) for m, names in RELEASE_0_1.items() for n in names]
 

@@ -8,6 +8,6 @@ from fedaug.engine.fleet.base import StatesHere
 
 __all__ = ["StatesHere"]
 
-#: the names the old module ``fedaug.engine.protocol`` had that now live in the protocol
-__getattr__ = _moved.forward("fedaug.engine.protocol", {n: "fedaug.engine.protocol" for n in (
+#: the names the old module ``fedaug.engine.fleet`` had that now live in the protocol
+__getattr__ = _moved.forward("fedaug.engine.fleet", {n: "fedaug.engine.protocol" for n in (
     "METERS", "RECORD_NAME", "Answer", "Dropped", "Fleet", "Malformed", "Reply")})
