@@ -25,9 +25,10 @@ from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.fleet import Reply, StatesHere
 from fedaug.engine.grouped import group_size, plan_groups
+from fedaug.engine.installation import installation
 from fedaug.engine.local import batch_sizes
 from fedaug.engine.pool import ProcessFleet, WorkerDied
-from fedaug.engine.progress import Progress
+from fedaug.engine.progress import Progress, RoundUpdate
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
 from fedaug.engine.tracking import Tracker, check_tracking
@@ -187,23 +188,30 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
 
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
-                   tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   tags: Mapping[str, str] | None = None,
+                   on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
-    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`), tracked
-    where ``[log]`` asks (:class:`~fedaug.engine.tracking.Tracker`, with ``tags``)."""
+    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`) and whose
+    ``environment.jsonl`` this installation (:func:`~fedaug.engine.installation.installation`), tracked
+    where ``[log]`` asks (:class:`~fedaug.engine.tracking.Tracker`, with ``tags``); progress on stderr
+    (:class:`~fedaug.engine.progress.Progress`; none with ``quiet``), each round also to ``on_round``."""
     cfg = pin(cfg)
     check_tracking(cfg)
     sim = build_simulation(cfg, execution_order)
     run_dir = RunDir.start(cfg) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
+        if run_dir is not None:
+            run_dir.append_environment(0, installation())
         tracker = Tracker.open(cfg, run_dir.path if run_dir is not None else None, sim.task.metric, tags=tags)
-        return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet), tracker), run_dir
+        with Progress(cfg.train.rounds, quiet=quiet, on_update=on_round) as progress:
+            return sim.run(run_dir, progress, tracker), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
                       recipe: Recipe | None = None, workers: int | None = None,
                       from_round: int | None = None,
-                      tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir]:
+                      tags: Mapping[str, str] | None = None,
+                      on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -218,6 +226,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             (:meth:`~fedaug.engine.records.RunDir.rewind`), e.g. to go back before a poisoned round.
         tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.tracking.Tracker`);
             a tracked run continues its own MLflow run.
+        on_round: called with each round's :class:`~fedaug.engine.progress.RoundUpdate` (as in
+            :func:`run_experiment`); the run's ``environment.jsonl`` gains a line for this process.
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
@@ -248,5 +258,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         if payload is not None:
             sim.restore(payload)
         run_dir.truncate_rounds(sim.round)
+        run_dir.append_environment(sim.round, installation())
         tracker = Tracker.open(cfg, run_dir.path, sim.task.metric, resume_from=sim.round, tags=tags)
-        return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet), tracker), run_dir
+        with Progress(cfg.train.rounds, start=sim.round, quiet=quiet, on_update=on_round) as progress:
+            return sim.run(run_dir, progress, tracker), run_dir
