@@ -4,7 +4,6 @@ EventAccumulator, MLflow's MlflowClient on a sqlite store), with the network una
 from __future__ import annotations
 
 import json
-import socket
 import warnings
 from pathlib import Path
 
@@ -30,18 +29,7 @@ from fedaug.report.grid import parse_grid  # noqa: E402
 from tests.report.conftest import tiny_grid_raw  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch, tmp_path):
-    """Every IP connection fails (the tests must not need one); tracking stores live under tmp_path."""
-    real = socket.socket.connect
-
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(f"network disabled in this test (connect to {address})")
-        return real(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.chdir(tmp_path)  # MLflow puts a sqlite store's artifacts in ./mlruns
+pytestmark = pytest.mark.usefixtures("no_network")  # tests/engine/conftest.py
 
 
 def tracked(tmp_path: Path, rounds: int = 2, **extra):

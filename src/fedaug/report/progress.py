@@ -138,7 +138,8 @@ class GridProgress:
         if not self.announced and eta is not None and all(map(_measured, self.running.values())):
             self.announced = True
             busy = self.total - self.done
-            self._print(f"fedaug compare: the {busy} cell{'s' * (busy != 1)} left take {about(eta)} on this machine "
+            cells = f"{busy} cells left take" if busy != 1 else "1 cell left takes"
+            self._print(f"fedaug compare: the {cells} {about(eta)} on this machine "
                         f"(estimated from the rounds so far; --jobs {self.jobs})")
         self._show()
 
