@@ -39,7 +39,7 @@ def test_a_library_is_built_not_built_yet_or_has_no_compiler(tmp_path, monkeypat
     monkeypatch.setenv("CXX", "/usr/bin/my-g++")  # a compiler (never run: nothing is compiled here)
     status = inst.library_status("server_ops")
     assert status["built"] is False and status["path"] is None
-    assert status["why_not"] == "not built for this CPU and torch yet: run fedaug kernel (compiler /usr/bin/my-g++)"
+    assert status["why_not"] == "none for this CPU and torch in the cache yet: run fedaug kernel (compiler /usr/bin/my-g++)"
     assert status["costs"].startswith("the server takes its PyTorch path: the same numbers")
     source, flags, _ = inst.LIBRARIES["server_ops"]
     lib = native.library_path(source, "/usr/bin/my-g++", flags)

