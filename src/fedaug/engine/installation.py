@@ -105,6 +105,14 @@ def precision_flags() -> dict[str, Any]:
             "cudnn_deterministic": cudnn.deterministic, "cudnn_benchmark": cudnn.benchmark}
 
 
+def machine_line() -> str:
+    """One line naming the machine a benchmark's figures come from (docs/benchmarks.md names one for each):
+    ``"machine: AMD EPYC, torch CPU capability AVX2, 2 cores, torch 2.13.0+cpu"``, then each GPU."""
+    gpus = "".join(f", {d['device']} {d['name']}" for d in devices() if d["device"].startswith("cuda"))
+    return (f"machine: {cpu_name()}, torch CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+            f"{available_cores()} cores, torch {torch.__version__}{gpus}")
+
+
 def installation() -> dict[str, Any]:
     """The whole report (JSON-ready), in the order ``fedaug env`` prints it."""
     return {

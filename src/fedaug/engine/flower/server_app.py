@@ -31,6 +31,7 @@ from fedaug.engine.fleet import Dropped, Malformed, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
 from fedaug.engine.flower.codec import get_parts, put_parts, travelled_nbytes
 from fedaug.engine.flower.settings import FlowerSettings
+from fedaug.engine.installation import installation
 from fedaug.engine.progress import Progress
 from fedaug.engine.records import CONFIG, RunDir
 from fedaug.engine.server import Federation, Server
@@ -261,6 +262,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     with run_dir:  # this process is the run directory's one writer until the run ends
         if settings.resume_dir:
             resume(server, run_dir)
+        run_dir.append_environment(server.round, installation())  # the ServerApp's machine
         if not quiet:
             print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
                   f"run directory {run_dir.path}", file=sys.stderr, flush=True)
