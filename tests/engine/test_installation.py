@@ -24,11 +24,13 @@ def test_the_report_names_torch_the_cpu_its_devices_and_the_precision_flags():
     report = inst.installation()
     assert list(report) == KEYS
     assert report["torch"]["version"] == str(torch.__version__) and report["torch"]["cuda"] == torch.version.cuda
-    assert report["cpu"]["model"] == cpu_name() and report["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert report["cpu"]["model"] == cpu_name()
+    assert report["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
     assert report["cpu"]["threads"] == torch.get_num_threads()
     assert report["devices"][0] == {"device": "cpu", "name": cpu_name()}
-    assert [d["device"] for d in report["devices"]] == (["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-                                                        + (["mps"] if torch.backends.mps.is_available() else []))
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    assert [d["device"] for d in report["devices"]] == ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available()
+                                                                        else [])]
     assert report["precision"]["cudnn_allow_tf32"] is torch.backends.cudnn.allow_tf32
     assert report["precision"]["float32_matmul_precision"] == torch.get_float32_matmul_precision()
     json.dumps(report)  # JSON-ready
@@ -39,7 +41,8 @@ def test_a_library_is_built_not_built_yet_or_has_no_compiler(tmp_path, monkeypat
     monkeypatch.setenv("CXX", "/usr/bin/my-g++")  # a compiler (never run: nothing is compiled here)
     status = inst.library_status("server_ops")
     assert status["built"] is False and status["path"] is None
-    assert status["why_not"] == "none for this CPU and torch in the cache yet: run fedaug kernel (compiler /usr/bin/my-g++)"
+    assert status["why_not"] == ("none for this CPU and torch in the cache yet: run fedaug kernel "
+                                 "(compiler /usr/bin/my-g++)")
     assert status["costs"].startswith("the server takes its PyTorch path: the same numbers")
     source, flags, _ = inst.LIBRARIES["server_ops"]
     lib = native.library_path(source, "/usr/bin/my-g++", flags)

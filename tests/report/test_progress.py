@@ -54,7 +54,8 @@ def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
         g.round_done(b.label, RoundUpdate(2, 4, 0, elapsed=14.0, metric="loss 0.9", first=9.0))
         t[0] = 22.0
         g.finished(1, 3, CellOutcome(a, "ran", "/runs/a", 20.0))
-        g.round_done(a.label, RoundUpdate(4, 4, 0, elapsed=20.0, metric="late", first=8.0))  # after its outcome: ignored
+        late = RoundUpdate(4, 4, 0, elapsed=20.0, metric="late", first=8.0)
+        g.round_done(a.label, late)  # after its outcome (a worker's queue lagging): ignored
     assert stream.getvalue().splitlines() == [
         # A: 8 s for its first round, 3 left: 24 s; a cell: A's 10 s so far + 24 = 34 s; B, starting, ends
         # then in 34 - 10 = 24 s; C starts on the first free job (24 s) and ends at 58 s

@@ -3,9 +3,9 @@ the code, from which tables and results pages are written again, and which ``fed
 counts as done once it is copied back (``fedaug archive``; docs/compare_and_report.md).
 
 An archived run directory holds the run's ``config.toml``, ``summary.json``, ``report.md``,
-``metrics.aside.jsonl`` and ``environment.jsonl`` (where it ran) as they are and its ``metrics.jsonl`` gzipped (``metrics.jsonl.gz``, which
-:func:`fedaug.engine.records.read_records` reads); its checkpoints, locks and temporary files stay
-behind. Only finished runs (holding ``summary.json``) are copied, so an archived run is never
+``metrics.aside.jsonl`` and ``environment.jsonl`` (where it ran) as they are and its ``metrics.jsonl``
+gzipped (``metrics.jsonl.gz``, which :func:`fedaug.engine.records.read_records` reads); its
+checkpoints, locks and temporary files stay behind. Only finished runs (holding ``summary.json``) are copied, so an archived run is never
 resumed. The grid's ``grid.json`` is copied, its ``invocations.jsonl`` merged line by line (the
 wall times a results page sums are kept, none counted twice), and ``table.md``/``.csv``/``.json``
 are written for the archived cells. The copy goes either way with the same call: from a grid's
