@@ -22,6 +22,7 @@ import time
 import torch
 
 from fedaug.core.runtime import retain_freed_memory
+from fedaug.engine.records.installation import machine_line
 
 
 def data_options(num_clients: int, samples: int, channels: int = 3) -> dict:
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating engine/bare repeats")
     args = parser.parse_args()
+    print(machine_line() + "\n")  # docs/benchmarks.md names the machine of every figure
     retain_freed_memory()  # a process setting of every fedaug run: the bare loop gets it too
     rounds, steps, repeats = (3, 5, 1) if args.quick else (6, 20, args.repeats)
     warm = 1  # the first round pays one-time costs (lazy imports, allocator warm-up) in both

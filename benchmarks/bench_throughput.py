@@ -361,6 +361,9 @@ def main() -> None:
                              "eager steps (CUDA only)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the --groups and --graph comparisons")
     args = parser.parse_args()
+    from fedaug.engine.records.installation import machine_line
+
+    print(machine_line() + "\n")  # docs/benchmarks.md names the machine of every figure
     rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
     jobs = [JOBS[j] for j in args.jobs]
     if args.profile:

@@ -4,7 +4,6 @@ EventAccumulator, MLflow's MlflowClient on a sqlite store), with the network una
 from __future__ import annotations
 
 import json
-import socket
 import warnings
 from pathlib import Path
 
@@ -31,24 +30,7 @@ from fedaug.report.grid import parse_grid  # noqa: E402
 from tests.report.conftest import tiny_grid_raw  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch, tmp_path):
-    """Every IP connection fails (the tests must not need one); tracking stores live under tmp_path. The
-    test runs in an empty working directory, which must stay empty: tracking writes only into the run
-    directory and the store (MLflow's default would put a sqlite store's artifacts in ./mlruns)."""
-    real = socket.socket.connect
-
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(f"network disabled in this test (connect to {address})")
-        return real(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    yield
-    assert sorted(p.name for p in cwd.iterdir()) == []
+pytestmark = pytest.mark.usefixtures("no_network")  # tests/engine/conftest.py
 
 
 def tracked(tmp_path: Path, rounds: int = 2, **extra):

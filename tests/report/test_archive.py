@@ -11,7 +11,7 @@ import pytest
 
 from fedaug.cli.main import main
 from fedaug.core.errors import ConfigError
-from fedaug.engine.records.rundir import METRICS, METRICS_GZ, SUMMARY
+from fedaug.engine.records import ENVIRONMENT, METRICS, METRICS_GZ, SUMMARY
 from fedaug.report.archive import archive_grid, finished_run_dirs
 from fedaug.report.results import load_grid_results, summarize
 from fedaug.report.runner import INVOCATIONS, run_grid
@@ -44,6 +44,7 @@ def test_the_archive_holds_every_finished_run_without_checkpoints_and_reads_as_t
         archived = kept / run.relative_to(out)
         assert gzip.decompress((archived / METRICS_GZ).read_bytes()) == (run / METRICS).read_bytes()
         assert (archived / SUMMARY).read_bytes() == (run / SUMMARY).read_bytes()
+        assert (archived / ENVIRONMENT).read_bytes() == (run / ENVIRONMENT).read_bytes()  # where it ran
     assert summarize(load_grid_results(kept))["missing"] == []
     assert (kept / "table.md").is_file()
 

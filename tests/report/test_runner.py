@@ -34,6 +34,35 @@ def strip(s):
     return {k: v for k, v in s.items() if k != "run_dir"}
 
 
+class Heard:
+    """A grid watch (``run_grid(watch=...)``) and ``on_done`` that record what they hear, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def planned(self, cells, jobs):
+        self.events.append(("planned", len(cells), jobs))
+
+    def started(self, label):
+        self.events.append(("started", label))
+
+    def round_done(self, label, update):
+        self.events.append(("round", label, update.round, update.total))
+
+    def done(self, k, n, outcome):
+        self.events.append(("done", outcome.cell.label))
+
+    def of(self, label):
+        """The events of one cell, in order."""
+        return [e[0] if e[0] != "round" else e[2:] for e in self.events if len(e) > 1 and e[1] == label]
+
+
+def heard_every_round_before_the_outcome(heard: Heard, outcomes, jobs: int) -> None:
+    assert heard.events[0] == ("planned", len(outcomes), jobs)
+    for o in outcomes:  # each cell's start, its 3 rounds, then its outcome (from worker processes: via a queue)
+        assert heard.of(o.cell.label) == ["started", (1, 3), (2, 3), (3, 3), "done"]
+
+
 def test_layout_one_run_directory_per_cell(tiny_grid):
     got = summaries(tiny_grid)
     assert sorted(got) == [("default", m, f"seed{s}") for m in ("fedavg", "fedavg-lr-0.2") for s in (0, 1)]
@@ -170,8 +199,10 @@ def test_a_grid_cell_from_before_the_kernel_option_asks_for_its_mode(tmp_path):
 @two_cores
 def test_parallel_workers_give_the_same_numbers(tiny_grid, tmp_path):
     spec = tiny_spec(seeds=[1])
-    outcomes = run_grid(spec, tmp_path / "par", jobs=2)
+    heard = Heard()
+    outcomes = run_grid(spec, tmp_path / "par", jobs=2, watch=heard, on_done=heard.done)
     assert sorted(o.status for o in outcomes) == ["ran", "ran"]
+    heard_every_round_before_the_outcome(heard, outcomes, jobs=2)
     par = summaries(tmp_path / "par")
     seq = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
     assert len(par) == len(seq) == 2
@@ -207,8 +238,10 @@ def test_jobs_workers_and_threads_share_the_cores_without_oversubscribing(tmp_pa
 def test_a_grid_on_two_workers_equals_the_grid_on_one(tmp_path, tiny_grid):
     """Each cell's worker processes start from the grid's own process (one job: no daemonic parent)."""
     spec = tiny_spec(seeds=[1], common={**tiny_spec().common, "workers": 2, "threads": 1})
-    outcomes = run_grid(spec, tmp_path / "two")
+    heard = Heard()
+    outcomes = run_grid(spec, tmp_path / "two", watch=heard, on_done=heard.done)
     assert sorted(o.status for o in outcomes) == ["ran", "ran"]
+    heard_every_round_before_the_outcome(heard, outcomes, jobs=1)
     two = summaries(tmp_path / "two")
     one = {k: v for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
     assert all(v["environment"].pop("workers") == 2 for v in two.values())  # recorded where it ran, and how

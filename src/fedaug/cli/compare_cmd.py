@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,6 @@ from fedaug.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedaug.report.grid import GridSpec
-    from fedaug.report.runner import CellOutcome
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,7 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--keep-going", action="store_true",
                    help="when a cell fails, run every other cell, then report all failures (exit status 2)")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
-    p.add_argument("-q", "--quiet", action="store_true", help="no line per finished cell on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress on stderr (cells done / running / left, each running cell's round and ETA, "
+                        "the grid's ETA, a line per finished cell)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="print the Markdown table (default) or the summary as JSON")
     add_import_flag(p)
@@ -77,14 +79,9 @@ def spec_from_args(args: argparse.Namespace) -> GridSpec:
                           overrides=args.set_overrides, imports=imports)
 
 
-def _progress(k: int, total: int, o: CellOutcome) -> None:
-    where = f" -> {o.run_dir}" if o.run_dir else ""
-    took = f" in {o.seconds:.1f} s" if o.status in ("ran", "resumed") else ""
-    print(f"[{k}/{total}] {o.cell.label}: {o.status}{took}{where}", file=sys.stderr, flush=True)
-
-
 def main(args: argparse.Namespace) -> int:
     from fedaug.core.runtime import configure_process
+    from fedaug.report.progress import GridProgress
     from fedaug.report.runner import CellError, log_invocation, run_grid, write_grid_file
     from fedaug.report.table import write_tables
 
@@ -96,9 +93,12 @@ def main(args: argparse.Namespace) -> int:
     else:
         configure_process()  # each cell's thread count is set by the runner
         t0 = time.perf_counter()
+        display = None if args.quiet else GridProgress(spec.name)
         try:
-            outcomes = run_grid(spec, out, args.jobs, on_done=None if args.quiet else _progress,
-                                reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going)
+            with display if display is not None else nullcontext():
+                outcomes = run_grid(spec, out, args.jobs, on_done=display.finished if display else None,
+                                    reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going,
+                                    watch=display)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, exc.outcomes
         command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",

@@ -4,6 +4,7 @@ server's one-pass arithmetic on uploads), or say where they stand."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fedaug.core.native import CACHE_ENV
 
@@ -15,14 +16,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                    "the FFA kernel only where their config asks for it (method.options.fedfa."
                                    "kernel = \"on\", likewise vfda; the default \"off\" is the pure-PyTorch path) "
                                    "and the server's library wherever it is built (it gives the bits of its "
-                                   f"PyTorch path, faster); {CACHE_ENV} moves the cache.")
+                                   f"PyTorch path, faster); {CACHE_ENV} moves the cache. A library that "
+                                   "does not build is named on stderr with what a run does without it (exit 2).")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from fedaug.core import server_ops
+    from fedaug.core.native import KernelBuildError
+    from fedaug.engine.records.installation import LIBRARIES
     from fedaug.layers import kernel
 
-    print(kernel.build())
-    print(server_ops.build())
-    return 0
+    failed = 0
+    for name, build in (("ffa_kernel", kernel.build), ("server_ops", server_ops.build)):
+        try:
+            print(build())
+        except KernelBuildError as err:
+            failed += 1
+            print(f"fedaug kernel: {name} NOT built: {err}\n  without it {LIBRARIES[name][2]}", file=sys.stderr)
+    return 2 if failed else 0

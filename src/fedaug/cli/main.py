@@ -13,12 +13,12 @@ import threading
 from collections.abc import Sequence
 
 from fedaug.cli import data_cmd, list_cmd, resume_cmd, run_cmd
-from fedaug.cli import archive_cmd, compare_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
+from fedaug.cli import archive_cmd, compare_cmd, env_cmd, flower_cmd, kernel_cmd, privacy_cmd, report_cmd
 from fedaug.core.errors import FedaugError
 from fedaug.core.version import RETIRED_ENV, __version__
 
 SUBCOMMANDS = (run_cmd, resume_cmd, compare_cmd, archive_cmd, report_cmd, flower_cmd, list_cmd, data_cmd,
-               privacy_cmd, kernel_cmd)
+               privacy_cmd, kernel_cmd, env_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

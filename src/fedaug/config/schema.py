@@ -103,6 +103,11 @@ class LogConfig:
     mlflow: str = opt("", "MLflow tracking URI (sqlite:///mlflow.db, file:./mlruns, http://host:5000) to log "
                           "the run to; empty: off (needs the tracking extra)")
     mlflow_experiment: str = opt("fedaug", "the MLflow experiment the runs go to")
+    wandb: str = opt("off", "W&B: 'offline' writes each round's scalars, the config and the summary as an offline "
+                            "W&B run in the run directory's wandb/ (upload it later with wandb sync: runs never "
+                            "log online, nothing leaves the machine during a run; needs the tracking extra)",
+                     choices=("off", "offline"))
+    wandb_project: str = opt("fedaug", "the W&B project of the offline runs (used when they are synced)")
 
 
 #: ``trust.screen_multiple``'s default: honest uploads stay far below it (docs/engine.md, "The trust boundary")

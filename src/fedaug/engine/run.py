@@ -12,7 +12,7 @@ adapter; this module supplies the clients: an :class:`InProcessFleet` over the d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
 
@@ -22,13 +22,14 @@ from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
+from fedaug.engine.client.worker import Worker, build_worker_model
 from fedaug.engine.fleet.inprocess import InProcessFleet, Order
 from fedaug.engine.fleet.processes import ProcessFleet, WorkerDied
-from fedaug.engine.records.progress import Progress
+from fedaug.engine.records.installation import installation
+from fedaug.engine.records.progress import Progress, RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, RunDir
-from fedaug.engine.server.loop import Federation, Server
 from fedaug.engine.records.tracking import Tracker, check_tracking
-from fedaug.engine.client.worker import Worker, build_worker_model
+from fedaug.engine.server.loop import Federation, Server
 from fedaug.methods.component import State
 from fedaug.methods.recipe import Recipe, build_recipe
 from fedaug.methods.recorded import check_resume, pin
@@ -121,23 +122,30 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
 
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
-                   tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   tags: Mapping[str, str] | None = None,
+                   on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
-    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`), tracked
-    where ``[log]`` asks (:class:`~fedaug.engine.records.tracking.Tracker`, with ``tags``)."""
+    ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`) and whose
+    ``environment.jsonl`` this installation (:func:`~fedaug.engine.records.installation.installation`), tracked
+    where ``[log]`` asks (:class:`~fedaug.engine.records.tracking.Tracker`, with ``tags``); progress on stderr
+    (:class:`~fedaug.engine.records.progress.Progress`; none with ``quiet``), each round also to ``on_round``."""
     cfg = pin(cfg)
     check_tracking(cfg)
     sim = build_simulation(cfg, execution_order)
     run_dir = RunDir.start(cfg) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
+        if run_dir is not None:
+            run_dir.append_environment(0, installation())
         tracker = Tracker.open(cfg, run_dir.path if run_dir is not None else None, sim.task.metric, tags=tags)
-        return sim.run(run_dir, Progress(cfg.train.rounds, quiet=quiet), tracker), run_dir
+        with Progress(cfg.train.rounds, quiet=quiet, on_update=on_round) as progress:
+            return sim.run(run_dir, progress, tracker), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
                       recipe: Recipe | None = None, workers: int | None = None,
                       from_round: int | None = None,
-                      tags: Mapping[str, str] | None = None) -> tuple[dict[str, Any], RunDir]:
+                      tags: Mapping[str, str] | None = None,
+                      on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -152,6 +160,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             (:meth:`~fedaug.engine.records.rundir.RunDir.rewind`), e.g. to go back before a poisoned round.
         tags: the tracked run's tags, if ``[log]`` starts a new one (:class:`~fedaug.engine.records.tracking.Tracker`);
             a tracked run continues its own MLflow run.
+        on_round: called with each round's :class:`~fedaug.engine.records.progress.RoundUpdate` (as in
+            :func:`run_experiment`); the run's ``environment.jsonl`` gains a line for this process.
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
@@ -182,5 +192,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         if payload is not None:
             sim.restore(payload)
         run_dir.truncate_rounds(sim.round)
+        run_dir.append_environment(sim.round, installation())
         tracker = Tracker.open(cfg, run_dir.path, sim.task.metric, resume_from=sim.round, tags=tags)
-        return sim.run(run_dir, Progress(cfg.train.rounds, start=sim.round, quiet=quiet), tracker), run_dir
+        with Progress(cfg.train.rounds, start=sim.round, quiet=quiet, on_update=on_round) as progress:
+            return sim.run(run_dir, progress, tracker), run_dir

@@ -2,10 +2,10 @@
 the code, from which tables and results pages are written again, and which ``fedaug compare``
 counts as done once it is copied back (``fedaug archive``; docs/compare_and_report.md).
 
-An archived run directory holds the run's ``config.toml``, ``summary.json``, ``report.md`` and
-``metrics.aside.jsonl`` as they are and its ``metrics.jsonl`` gzipped (``metrics.jsonl.gz``, which
-:func:`fedaug.engine.records.rundir.read_records` reads); its checkpoints, locks and temporary files stay
-behind. Only finished runs (holding ``summary.json``) are copied, so an archived run is never
+An archived run directory holds the run's ``config.toml``, ``summary.json``, ``report.md``,
+``metrics.aside.jsonl`` and ``environment.jsonl`` (where it ran) as they are and its ``metrics.jsonl``
+gzipped (``metrics.jsonl.gz``, which :func:`fedaug.engine.records.rundir.read_records` reads); its
+checkpoints, locks and temporary files stay behind. Only finished runs (holding ``summary.json``) are copied, so an archived run is never
 resumed. The grid's ``grid.json`` is copied, its ``invocations.jsonl`` merged line by line (the
 wall times a results page sums are kept, none counted twice), and ``table.md``/``.csv``/``.json``
 are written for the archived cells. The copy goes either way with the same call: from a grid's
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
-from fedaug.engine.records.rundir import ASIDE, CONFIG, METRICS, METRICS_GZ, REPORT, SUMMARY
+from fedaug.engine.records.rundir import ASIDE, CONFIG, ENVIRONMENT, METRICS, METRICS_GZ, REPORT, SUMMARY
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
 from fedaug.report.table import write_tables
 
 #: the files of a finished run that an archive keeps as they are
-KEPT = (CONFIG, SUMMARY, REPORT, ASIDE)
+KEPT = (CONFIG, SUMMARY, REPORT, ASIDE, ENVIRONMENT)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ cell holding one asks for its value to be written into its ``config.toml``).
 
 Each cell runs with its config's ``threads`` (capped; a resumed cell keeps the count it started
 with) and the previous thread count is restored after it; worker processes (``jobs > 1``) are
-set up with :func:`~fedaug.core.runtime.configure_process`.
+set up with :func:`~fedaug.core.runtime.configure_process`. A ``watch``
+(:class:`~fedaug.report.progress.GridProgress`) hears each cell's start and rounds as they happen,
+from worker processes through a queue (:func:`run_grid`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import queue
 import shutil
 import time
 from collections import Counter
@@ -37,13 +40,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fedaug.config.load import flatten, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
+from fedaug.engine.records.progress import RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, SUMMARY
 from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
@@ -52,6 +57,19 @@ from fedaug.report.grid import GridSpec, slug
 GRID_FILE = "grid.json"
 INVOCATIONS = "invocations.jsonl"
 STALE_EMPTY_LOCK_S = 60.0
+#: how long the grid waits for a worker process's last progress events of a finished cell
+EVENTS_WAIT_S = 30.0
+
+#: ``(cell label, "start" | "round" | "end", the round's update or None)``: what a cell reports while it runs
+Report = Callable[[str, str, "RoundUpdate | None"], None]
+
+
+class GridWatch(Protocol):
+    """What :func:`run_grid` tells while cells run (:class:`fedaug.report.progress.GridProgress`)."""
+
+    def planned(self, cells: Sequence[Cell], jobs: int) -> None: ...
+    def started(self, label: str) -> None: ...
+    def round_done(self, label: str, update: RoundUpdate) -> None: ...
 
 
 class CellError(FedaugError):
@@ -228,8 +246,28 @@ def claim(lock: Path) -> bool:
     return False
 
 
-def run_cell(cell: Cell) -> CellOutcome:
-    """Run, resume or skip one cell (in this process); a user error becomes a ``"failed"`` outcome."""
+def run_cell(cell: Cell, report: Report | None = None) -> CellOutcome:
+    """Run, resume or skip one cell (in this process); a user error becomes a ``"failed"`` outcome.
+
+    Args:
+        report: told ``"start"`` when the cell trains, ``"round"`` after each of its rounds, and
+            ``"end"`` when this call returns, whatever happened.
+    """
+    def note(kind: str, update: RoundUpdate | None = None) -> None:
+        if report is not None:
+            report(cell.label, kind, update)
+
+    def on_round(update: RoundUpdate) -> None:
+        note("round", update)
+
+    try:
+        return _run_cell(cell, note, on_round)
+    finally:
+        note("end")
+
+
+def _run_cell(cell: Cell, note: Callable[[str], None], on_round: Callable[[RoundUpdate], None]) -> CellOutcome:
+    """:func:`run_cell`'s work; ``note("start")`` before training, ``on_round`` after each round."""
     lock = cell.dir / ".lock"
     t0 = time.perf_counter()
     if not claim(lock):
@@ -247,21 +285,66 @@ def run_cell(cell: Cell) -> CellOutcome:
                     f"{fix} that directory to rerun the cell, or give another --out")
             if (existing / SUMMARY).is_file():
                 return CellOutcome(cell, "done before", str(existing), 0.0)
+            note("start")
             with torch_threads(parse_config(stored).threads):  # the thread count it started with
-                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags)
+                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round)
             return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
         if cell.reuse is not None:
             copy = cell.dir / cell.reuse.name
             shutil.copytree(cell.reuse, copy.with_name(copy.name + ".partial"))
             os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
             return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
+        note("start")
         with torch_threads(cell.raw["threads"]):
-            _, run = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags)
+            _, run = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round)
         return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
     except FedaugError as exc:
         return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))
     finally:
         lock.unlink(missing_ok=True)
+
+
+#: a pool worker process's queue to the grid's process (set by :func:`_start_pool_worker`; None: no watch)
+_EVENTS: Any = None
+
+
+def _start_pool_worker(events: Any) -> None:
+    """A ``--jobs`` worker process's initializer: process settings, and where its cells report."""
+    global _EVENTS
+    configure_process()
+    _EVENTS = events
+
+
+def _run_pooled(cell: Cell) -> CellOutcome:
+    """:func:`run_cell` in a pool worker, its reports sent to the grid's process."""
+    events = _EVENTS
+    return run_cell(cell, None if events is None else lambda *event: events.put(event))
+
+
+def _deliver(events: Any, watch: GridWatch, ended: set[str], until_end_of: str | None = None) -> None:
+    """Pass the queued cell reports to ``watch``, adding the labels of cells that reported their ``"end"``
+    to ``ended``; with ``until_end_of``, wait (at most :data:`EVENTS_WAIT_S`) until that cell's is in,
+    so that its rounds are shown before its outcome."""
+    deadline = time.monotonic() + EVENTS_WAIT_S
+    while until_end_of is None or until_end_of not in ended:
+        try:
+            if until_end_of is None:
+                label, kind, update = events.get_nowait()
+            else:
+                label, kind, update = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return
+        _tell(watch, label, kind, update)
+        if kind == "end":
+            ended.add(label)
+
+
+def _tell(watch: GridWatch, label: str, kind: str, update: RoundUpdate | None) -> None:
+    """Pass one cell report (:data:`Report`) to ``watch``."""
+    if kind == "start":
+        watch.started(label)
+    elif kind == "round" and update is not None:
+        watch.round_done(label, update)
 
 
 def write_grid_file(spec: GridSpec, out: Path) -> None:
@@ -283,7 +366,8 @@ def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: 
 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
              on_done: Callable[[int, int, CellOutcome], None] | None = None,
-             reuse: Path | None = None, keep_going: bool = False) -> list[CellOutcome]:
+             reuse: Path | None = None, keep_going: bool = False,
+             watch: GridWatch | None = None) -> list[CellOutcome]:
     """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``).
 
     Stops scheduling at the first failed cell (cells already running finish) and raises; with
@@ -297,6 +381,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         reuse: a directory searched for finished runs (:func:`finished_runs`); a cell not started
             yet whose config equals one of them gets a copy of it instead of a new run.
         keep_going: do not stop at a failed cell (for long unattended grids).
+        watch: told the plan, and each cell's start and rounds as they happen (from worker processes
+            through a queue; a cell's rounds always before its ``on_done``).
 
     Returns:
         Every cell's outcome, in completion order.
@@ -308,6 +394,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
     cells = plan(spec, out, jobs, reuse=finished_runs(reuse) if reuse is not None else None)
     write_grid_file(spec, out)
     outcomes: list[CellOutcome] = []
+    if watch is not None:
+        watch.planned(cells, jobs)
 
     def record(outcome: CellOutcome) -> None:
         outcomes.append(outcome)
@@ -315,18 +403,26 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
             on_done(len(outcomes), len(cells), outcome)
 
     if jobs == 1:
+        report = None if watch is None else partial(_tell, watch)
         for cell in cells:
-            record(run_cell(cell))
+            record(run_cell(cell, report))
             if outcomes[-1].status == "failed" and not keep_going:
                 break
     else:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=configure_process) as pool:  # the pool's own processes
-            pending = {pool.submit(run_cell, cell) for cell in cells}
+        context = multiprocessing.get_context("spawn")
+        events, ended = (context.Queue() if watch is not None else None), set[str]()
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_pool_worker,
+                                 initargs=(events,)) as pool:  # the pool's own processes
+            pending = {pool.submit(_run_pooled, cell) for cell in cells}
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=None if watch is None else 0.2, return_when=FIRST_COMPLETED)
+                if watch is not None:
+                    _deliver(events, watch, ended)
                 for future in done:
-                    record(future.result())
+                    outcome = future.result()
+                    if watch is not None:
+                        _deliver(events, watch, ended, until_end_of=outcome.cell.label)
+                    record(outcome)
                 if not keep_going and any(o.status == "failed" for o in outcomes):
                     for future in pending:
                         future.cancel()

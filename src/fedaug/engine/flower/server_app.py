@@ -31,10 +31,11 @@ from fedaug.engine.protocol import Dropped, Malformed, Reply
 from fedaug.engine.flower.client_app import HEADER, METRICS, PHASE_TYPES
 from fedaug.engine.flower.codec import get_parts, put_parts, travelled_nbytes
 from fedaug.engine.flower.settings import FlowerSettings
+from fedaug.engine.client.worker import build_worker_model
+from fedaug.engine.records.installation import installation
 from fedaug.engine.records.progress import Progress
 from fedaug.engine.records.rundir import CONFIG, RunDir
 from fedaug.engine.server.loop import Federation, Server
-from fedaug.engine.client.worker import build_worker_model
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
@@ -261,6 +262,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], quiet: bool = False) -
     with run_dir:  # this process is the run directory's one writer until the run ends
         if settings.resume_dir:
             resume(server, run_dir)
+        run_dir.append_environment(server.round, installation())  # the ServerApp's machine
         if not quiet:
             print(f"fedaug: {federation.num_clients} clients on SuperNodes {dict(sorted(nodes.items()))}; "
                   f"run directory {run_dir.path}", file=sys.stderr, flush=True)

@@ -33,6 +33,8 @@ CONFIG, METRICS, SUMMARY, REPORT, CKPT_DIR = "config.toml", "metrics.jsonl", "su
 METRICS_GZ = METRICS + ".gz"
 #: where a resume keeps the ``metrics.jsonl`` lines it does not carry on (one JSON object per line)
 ASIDE = "metrics.aside.jsonl"
+#: one line per process that trained the run (its start, each resume): ``fedaug env``'s report
+ENVIRONMENT = "environment.jsonl"
 _CKPT = re.compile(r"round_(\d{6})\.pt$")
 #: the layout version of a checkpoint (:meth:`fedaug.engine.server.loop.Server.checkpoint`) and the keys it holds
 CHECKPOINT_FORMAT = 1
@@ -302,6 +304,13 @@ class RunDir:
     def _keep_records(self, records: list[dict[str, Any]], last: int) -> None:
         """Rewrite ``metrics.jsonl`` atomically with the ``records`` of rounds ``1..last``."""
         self._replace(METRICS, "".join(to_json(r) + "\n" for r in records if r["round"] <= last))
+
+    def append_environment(self, from_round: int, report: dict[str, Any]) -> None:
+        """Append this process's installation (``report``: :func:`fedaug.engine.records.installation.installation`,
+        what ``fedaug env`` prints) to ``environment.jsonl``, with the round it trains from (0: the start)
+        and the time (UTC)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._append(ENVIRONMENT, to_json({"from_round": from_round, "at": now, **report}) + "\n")
 
     # --- checkpoints --------------------------------------------------------------------------
     def checkpoints(self) -> list[tuple[int, Path]]:

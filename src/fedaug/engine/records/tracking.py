@@ -1,5 +1,6 @@
-"""Experiment tracking: each round's scalars, the resolved config and the run's files, to TensorBoard
-and MLflow (``[log]``; the optional ``tracking`` extra, imported only when a run asks for it).
+"""Experiment tracking: each round's scalars, the resolved config and the run's files, to TensorBoard,
+MLflow and W&B offline runs (``[log]``; the optional ``tracking`` extra, imported only when a run asks
+for it; W&B: :mod:`fedaug.engine.records.wandb_log`).
 
 The run directory stays the record: a tracking backend is a copy for the tools researchers already
 look at (``tensorboard --logdir runs``, ``mlflow ui``). A backend that fails (an unwritable store, a
@@ -7,7 +8,8 @@ server that went away) warns once and is dropped; the run goes on and its own re
 A resumed run continues the same MLflow run (its id is kept in the run directory's
 ``tracking.json``) and logs only the rounds the store does not hold yet; TensorBoard's writer is
 reopened with ``purge_step`` at the first round after the checkpoint, so its readers drop the
-events of rounds that the resumed run records again (no duplicate steps).
+events of rounds that the resumed run records again (no duplicate steps). A resumed run's W&B offline
+run keeps the W&B run id recorded in ``tracking.json`` and logs the rounds after the checkpoint.
 
 Tracking writes only where the user pointed it: the run directory (``tb/``, ``tracking.json``) and
 the MLflow store. A sqlite store's experiments keep their artifacts beside the database file
@@ -31,13 +33,14 @@ from fedaug.config.load import flatten
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError
 from fedaug.core.serialize import atomic_write_json
+from fedaug.engine.records.wandb_log import WandbBackend
 
 #: the run directory's record of where it is tracked (the MLflow run id, to continue it on resume)
 TRACKING_FILE = "tracking.json"
 #: the subdirectory of the run directory that holds TensorBoard's event files
 TB_DIR = "tb"
 #: what each backend needs installed, and the extra that installs it
-PACKAGES = {"tensorboard": ("tensorboard",), "mlflow": ("mlflow",)}
+PACKAGES = {"tensorboard": ("tensorboard",), "mlflow": ("mlflow",), "wandb": ("wandb",)}
 _UNSAFE = re.compile(r"[^\w\-. /]")
 #: URI schemes (before any ``+driver``) of the databases MLflow's client writes to directly
 _DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -234,7 +237,8 @@ def check_tracking(cfg: RunConfig) -> None:
     """
     if cfg.log.mlflow:
         artifact_location(cfg.log.mlflow)
-    asked = [name for name, on in (("tensorboard", cfg.log.tensorboard), ("mlflow", bool(cfg.log.mlflow))) if on]
+    asked = [name for name, on in (("tensorboard", cfg.log.tensorboard), ("mlflow", bool(cfg.log.mlflow)),
+                                   ("wandb", cfg.log.wandb == "offline")) if on]
     missing = [(name, pkg) for name in asked for pkg in PACKAGES[name] if find_spec(pkg) is None]
     if missing:
         raise ConfigError("; ".join(f"log.{name} needs the '{pkg}' package, which is not installed" for name, pkg in
@@ -263,7 +267,7 @@ class Tracker:
             tags: the MLflow run's tags (a ``fedaug compare`` cell's grid, setting, method, seed).
         """
         tracker = cls([], metric, run_dir)
-        if run_dir is None or not (cfg.log.tensorboard or cfg.log.mlflow):
+        if run_dir is None or not (cfg.log.tensorboard or cfg.log.mlflow or cfg.log.wandb == "offline"):
             return tracker
         check_tracking(cfg)
         state_file = run_dir / TRACKING_FILE
@@ -278,6 +282,13 @@ class Tracker:
                 {"fedaug.run_dir": str(run_dir), **(tags or {})}))
             if isinstance(backend, MlflowBackend):
                 state["mlflow"] = {"uri": cfg.log.mlflow, "run_id": backend.run_id}
+                atomic_write_json(state_file, state)
+        if cfg.log.wandb == "offline":
+            run_id = state.get("wandb", {}).get("run_id") or WandbBackend.new_id()
+            config = flatten(cfg.to_dict())
+            if tracker._add("wandb", lambda: WandbBackend.start(run_dir, cfg.log.wandb_project, run_id, config,
+                                                                 resume_from, tags or {})) is not None:
+                state["wandb"] = {"run_id": run_id}
                 atomic_write_json(state_file, state)
         if resume_from is None:
             params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(cfg.to_dict()).items()}

@@ -1,0 +1,73 @@
+"""``fedaug compare``'s progress: the grid's ETA (a schedule of cells over jobs), the estimate line, and
+the plain lines a pipe gets, driven with a fake clock."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from fedaug.engine.records.progress import RoundUpdate
+from fedaug.report.progress import GridProgress, about, grid_eta
+from fedaug.report.runner import Cell, CellOutcome
+
+
+@pytest.mark.parametrize(("running", "left", "cell_s", "jobs", "eta"), [
+    ([], 0, None, 2, 0.0),                # nothing to do
+    ([10.0, 30.0], 0, None, 2, 30.0),     # the later of the two running cells
+    ([10.0, 30.0], 2, 100.0, 2, 130.0),   # 10 -> 110, 30 -> 130
+    ([10.0], 3, 100.0, 2, 200.0),         # a free job: 0 -> 100 -> 200; the other: 10 -> 110
+    ([], 3, 10.0, 1, 30.0),               # one job: one cell after the other
+    ([5.0], 1, None, 1, None),            # a cell left, no cell time known yet
+])
+def test_grid_eta_schedules_the_cells_left_on_the_first_free_job(running, left, cell_s, jobs, eta):
+    assert grid_eta(running, left, cell_s, jobs) == eta
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.2, "about 1 s"), (42.4, "about 42 s"), (64, "about 1 min"),
+                                               (319, "about 5 min 20 s"), (3600, "about 1 h 0 min"),
+                                               (5430, "about 1 h 30 min")])
+def test_about(seconds, text):
+    assert about(seconds) == text
+
+
+def cell(method: str) -> Cell:
+    return Cell("default", method, 0, Path("/nowhere") / method, {})
+
+
+def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
+    t = [0.0]
+    stream = io.StringIO()
+    a, b, c = cell("A"), cell("B"), cell("C")
+    with GridProgress("tiny", stream=stream, now=lambda: t[0]) as g:  # StringIO: not a terminal
+        g.planned([a, b, c], jobs=2)
+        g.started(a.label)
+        g.started(b.label)
+        t[0] = 10.0
+        g.round_done(a.label, RoundUpdate(1, 4, 0, elapsed=8.0, metric="loss 1", first=8.0))  # printed: the first
+        t[0] = 12.0
+        g.round_done(b.label, RoundUpdate(1, 4, 0, elapsed=9.0, metric="loss 1", first=9.0))  # within 5 s: not
+        t[0] = 14.0
+        g.round_done(a.label, RoundUpdate(2, 4, 0, elapsed=12.0, metric="loss 0.9", first=8.0))
+        t[0] = 16.0  # both cells measured over two rounds: the estimate, once
+        g.round_done(b.label, RoundUpdate(2, 4, 0, elapsed=14.0, metric="loss 0.9", first=9.0))
+        t[0] = 22.0
+        g.finished(1, 3, CellOutcome(a, "ran", "/runs/a", 20.0))
+        late = RoundUpdate(4, 4, 0, elapsed=20.0, metric="late", first=8.0)
+        g.round_done(a.label, late)  # after its outcome (a worker's queue lagging): ignored
+    assert stream.getvalue().splitlines() == [
+        # A: 8 s for its first round, 3 left: 24 s; a cell: A's 10 s so far + 24 = 34 s; B, starting, ends
+        # then in 34 - 10 = 24 s; C starts on the first free job (24 s) and ends at 58 s
+        "compare tiny: 0 done, 2 running, 1 left  elapsed 00:10  eta 00:58  [default | A | seed 0: round 1/4 "
+        "eta 00:24]  [default | B | seed 0: starting]",
+        # second rounds without the first: A 4 s x 2 = 8 s, B 5 s x 2 = 10 s; a cell: (16 + 8 + 16 + 10) / 2
+        # = 25 s; C after A: 8 + 25 = 33 s
+        "fedaug compare: the 3 cells left take about 33 s on this machine (estimated from the rounds so far; --jobs 2)",
+        "compare tiny: 0 done, 2 running, 1 left  elapsed 00:16  eta 00:33  [default | A | seed 0: round 2/4 "
+        "eta 00:08]  [default | B | seed 0: round 2/4 eta 00:10]",
+        "[1/3] default | A | seed 0: ran in 20.0 s -> /runs/a",
+        # a cell took 20 s: C starts on the free job now and ends after B's 10 s
+        "compare tiny: 1 done, 1 running, 1 left  elapsed 00:22  eta 00:20  [default | B | seed 0: round 2/4 "
+        "eta 00:10]",
+    ]
