@@ -15,7 +15,7 @@ pytest.importorskip("wandb", reason="the tracking extra is not installed (W&B): 
 
 from fedaug.config.schema import validate  # noqa: E402
 from fedaug.core.errors import ConfigError  # noqa: E402
-from fedaug.engine import tracking  # noqa: E402
+from fedaug.engine.records import tracking  # noqa: E402
 from fedaug.engine.records.rundir import RunDir  # noqa: E402
 from fedaug.engine.run import resume_experiment, run_experiment  # noqa: E402
 from fedaug.engine.records.tracking import round_scalars  # noqa: E402
