@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
-
+from fedaug.layers import kernel as compiled
 from fedaug.layers.functional import StatNoise, check_kernel, momentum_update, restyle, restyle_autograd, t_modulation
 
 #: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
@@ -47,6 +47,29 @@ class Drawn:
     shared_sigma: Tensor
 
 
+@dataclass(frozen=True)
+class KernelState:
+    """One client's part of a grouped forward on the Triton path (:func:`fedaug.layers.kernel.uses_triton`):
+    the per-client tensors the kernel reads and updates in place (the layer's buffers of the same names),
+    each a slice of the group's stacked tensors inside ``torch.func.vmap``. Nothing is drawn outside: the
+    kernel draws from ``seed`` and ``offset``.
+
+    Args:
+        running_mean, running_std: ``(C,)``, the client's running statistics.
+        shared_mu, shared_sigma: ``(C,)``, the server's quantities as the client received them.
+        seed, offset: ``()`` int64, the client's random stream.
+        ema: ``(2,)``, the running statistics' next weight and momentum (:attr:`FFALayer.ema`).
+    """
+
+    running_mean: Tensor
+    running_std: Tensor
+    shared_mu: Tensor
+    shared_sigma: Tensor
+    seed: Tensor
+    offset: Tensor
+    ema: Tensor
+
+
 def _choice(what: str, value: str, allowed: object) -> str:
     if value not in allowed:  # type: ignore[operator]
         raise ConfigError(f"FFALayer.{what} must be one of {', '.join(allowed)}, got {value!r}")  # type: ignore[arg-type]
@@ -65,7 +88,10 @@ class FFALayer(nn.Module):
     Random draws, in order: the coin ``torch.rand(())`` (only when ``0 < p < 1``), then
     ``torch.randn(2, B, C)`` (noise of the means, then of the stds), from :attr:`generator`
     (``None``: torch's default generator, like ``nn.Dropout``; fedaug's components always set a
-    seeded one).
+    seeded one). On the Triton path (``kernel="triton"``, or ``"on"`` on CUDA) the kernel draws
+    both itself, with Philox, from the :attr:`seed` and :attr:`offset` tensors (:meth:`set_stream`;
+    :mod:`fedaug.layers.triton_ffa`), and updates the running statistics in the same launch: no host
+    synchronisation, so a CUDA graph of a training step replays it, with new draws each replay.
 
     Args:
         num_channels: C, channels of the features ``(B, C, *spatial)`` (any spatial rank >= 1).
@@ -81,14 +107,20 @@ class FFALayer(nn.Module):
         generator: source of the coin and the noise.
         kernel: ``"off"`` (default): the pure-PyTorch path, the same numbers on every machine;
             ``"on"``: the device's fused kernel (:mod:`fedaug.layers.kernel`): compiled C++ on
-            the CPU (faster on small maps, needs a C++ compiler), Triton on CUDA (needs
-            ``triton``); float32 results differ from ``"off"`` in the last bits, and may differ
-            between CPU or GPU models.
+            the CPU (faster on small maps, needs a C++ compiler; float32 results differ from
+            ``"off"`` in the last bits), the Triton path on CUDA (needs ``triton``; other draws);
+            ``"triton"``: the Triton path on any device (a CPU runs it under Triton's interpreter,
+            ``TRITON_INTERPRET=1``, slowly: for tests). Results may differ between CPU or GPU models.
 
     Attributes:
         running_mean, running_std: ``(C,)`` buffers, the client's running statistics (Eq. 4).
         shared_mu, shared_sigma: ``(C,)`` buffers, the server's per-channel quantities (gamma or
             variances); neutral (1 for gamma and products, 0 for direct fusion) until set.
+        seed, offset: ``()`` int64 buffers, the Triton path's random stream: a forward draws from
+            (seed, offset) and advances the offset by C, on the device.
+        ema: ``(2,)`` buffer, the Triton path's weight of the old running statistic in the next
+            update (0 after ``reset_running_stats(from_first_batch=True)``, else :attr:`momentum`),
+            then the momentum; the other paths keep the first-batch flag on the host.
 
     >>> import torch
     >>> layer = FFALayer(4, p=1.0, generator=torch.Generator().manual_seed(0))
@@ -114,20 +146,38 @@ class FFALayer(nn.Module):
             raise ConfigError(f"FFALayer.momentum must be in [0, 1], got {momentum}")
         if num_channels < 1:
             raise ConfigError(f"FFALayer.num_channels must be >= 1, got {num_channels}")
-        self.num_channels, self.p, self.momentum, self.lam, self.eps = num_channels, p, momentum, lam, eps
+        self.num_channels, self.p, self.lam, self.eps = num_channels, p, lam, eps
         self.variance = _choice("variance", variance, VARIANCES)
         self.noise_scale = _choice("noise_scale", noise_scale, NOISE_SCALES)
         self.estimator = _choice("estimator", estimator, ESTIMATORS)
         self.kernel = check_kernel(kernel, "FFALayer.kernel")
         self.generator = generator
         #: one client's draws and state during a grouped step (set by its component; ``None`` elsewhere)
-        self.drawn: Drawn | None = None
+        self.drawn: Drawn | KernelState | None = None
         self._init_from_batch = False
         self.register_buffer("running_mean", torch.zeros(num_channels))
         self.register_buffer("running_std", torch.ones(num_channels))
         neutral = _NEUTRAL[variance]
         self.register_buffer("shared_mu", torch.full((num_channels,), neutral))
         self.register_buffer("shared_sigma", torch.full((num_channels,), neutral))
+        self.register_buffer("seed", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("offset", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("ema", torch.full((2,), float(momentum)))
+        self.momentum = momentum
+
+    @property
+    def momentum(self) -> float:
+        """Weight of the old running statistic in Eq. 4; setting it also sets :attr:`ema`."""
+        return self._momentum
+
+    @momentum.setter
+    def momentum(self, value: float) -> None:
+        self._momentum = float(value)
+        self._set_ema()
+
+    def _set_ema(self) -> None:
+        self.ema[0].fill_(0.0 if self._init_from_batch else self._momentum)
+        self.ema[1].fill_(self._momentum)
 
     # --- what the federation sets ----------------------------------------------------------
     def set_gamma(self, gamma_mu: Tensor, gamma_sigma: Tensor) -> None:
@@ -171,6 +221,16 @@ class FFALayer(nn.Module):
         else:
             self.running_std.copy_(std)
         self._init_from_batch = from_first_batch
+        self._set_ema()
+
+    def set_stream(self, seed: Tensor | int) -> None:
+        """Start the Triton path's random stream at ``seed`` (``()`` int64 tensor, on any device, or an
+        int): :attr:`seed` set, :attr:`offset` 0 (no host read of a tensor ``seed``)."""
+        if isinstance(seed, Tensor):
+            self.seed.copy_(seed)
+        else:
+            self.seed.fill_(seed)
+        self.offset.zero_()
 
     # --- forward ---------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -180,8 +240,10 @@ class FFALayer(nn.Module):
         if x.dim() < 3 or x.shape[1] != self.num_channels:
             raise ValueError(f"FFALayer({self.num_channels}) expects (B, {self.num_channels}, *spatial), "
                              f"got shape {tuple(x.shape)}")
+        if compiled.uses_triton(self.kernel, x.device):
+            return self._forward_triton(x, self if self.drawn is None else self.drawn)  # type: ignore[arg-type]
         if self.drawn is not None:
-            return self._forward_drawn(x, self.drawn)
+            return self._forward_drawn(x, self.drawn)  # type: ignore[arg-type]
         noise = self._draw(x.shape[0], self.generator, x.device)
         if noise is None:
             return x
@@ -234,6 +296,23 @@ class FFALayer(nn.Module):
             for running, stat in ((d.running_mean, mu), (d.running_std, sigma)):
                 running.copy_(torch.where(d.use, momentum_update(running.clone(), stat, self.momentum), running))
         return torch.where(d.use, y, x)
+
+    def _forward_triton(self, x: Tensor, state: KernelState | FFALayer) -> Tensor:
+        """The training forward on the Triton path (:func:`fedaug.layers.triton_op.ffa_train`), on
+        ``state``'s per-client tensors: this layer's buffers, or one client's slices of a grouped step."""
+        if x.device.type != "cuda":
+            compiled.check_triton_device(x.device, "FFALayer.kernel")
+        official = self.estimator == "official"
+        if self.variance == "fixed":
+            const = self.lam**2 if self.noise_scale == "variance" else self.lam
+        else:
+            const = 1.0 if self.variance == "client" else None
+        shared = (None, None) if const is not None else (state.shared_mu, state.shared_sigma)
+        return compiled.triton_module().ffa_train(
+            x, state.seed, state.offset, state.ema, state.running_mean, state.running_std, *shared, p=self.p,
+            const=const, shift=0.0 if self.variance == "product" else 1.0, fixed=self.variance == "fixed",
+            std_scale=self.noise_scale == "std", correction=int(official), extra=1e-6 if official else 0.0,
+            eps=self.eps, unbiased=official)
 
     def _stat_noise(self, noise: Tensor, shared_mu: Tensor | None = None,
                     shared_sigma: Tensor | None = None) -> StatNoise:
