@@ -179,6 +179,15 @@ class FFALayer(nn.Module):
         self.ema[0].fill_(0.0 if self._init_from_batch else self._momentum)
         self.ema[1].fill_(self._momentum)
 
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        """After a dtype or device change, :attr:`ema` holds :attr:`momentum` anew in its new dtype (a
+        float32 0.99 cast to float64 is not 0.99); a weight of 0 (the first batch not yet taken) stays 0."""
+        super()._apply(fn, recurse)
+        with torch.no_grad():
+            self.ema[0].masked_fill_(self.ema[0] != 0, self._momentum)
+            self.ema[1].fill_(self._momentum)
+        return self
+
     # --- what the federation sets ----------------------------------------------------------
     def set_gamma(self, gamma_mu: Tensor, gamma_sigma: Tensor) -> None:
         """Set the modulated client-sharing variances ``(C,)`` (Eq. 6) of ``variance="fused"``."""

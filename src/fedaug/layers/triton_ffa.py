@@ -16,8 +16,9 @@ Randomness (the layer's path, ``LAYER``): a client's ``seed`` and ``offset`` are
 Every program adds 1 to ``offset`` with an atomic (the launch's only write to it) and reads the old
 value, ``arrival``; forward ``f = arrival // C`` (the same for the C programs of a launch: the offset
 starts at 0 and grows by C per forward) draws from Philox counters ``(f << 32) + j``: ``j = 0`` the
-coin (``tl.rand < p``, one for the whole batch), ``j = 1 + k B C + b C + c`` the standard normal
-noise of statistic ``k`` (mean, std) of sample ``b``, channel ``c`` (``tl.randn``). So the same seed
+coin (``tl.rand < p``, one for the whole batch), ``j = 1 + b C + c`` the standard normal noise of
+sample ``b``, channel ``c``: the Box-Muller pair of the counter's first two outputs (as ``tl.randn``
+makes one), for the mean, then the std. So the same seed
 and offset give the same draws, no host reads a value, and a replayed CUDA graph draws anew, since
 its offset advanced. The last arrival (``arrival % C == C - 1``: every program of the client has
 read the client's state) clears the first-batch weight (below). The noise drawn is saved for the
@@ -51,7 +52,7 @@ from triton.runtime.interpreter import InterpretedFunction
 TILE = 4096
 #: narrowest tile row (tiny maps: lanes past the row are masked).
 MIN_BLOCK = 16
-#: Philox counters one forward may use (the low word of ``(f << 32) + j``): ``1 + 2 B C`` of them.
+#: Philox counters one forward may use (the low word of ``(f << 32) + j``): ``1 + B C`` of them.
 COUNTERS = 2**32
 
 
@@ -132,9 +133,10 @@ def _ffa_forward(x_ptr, y_ptr, saved_ptr, use_ptr, noise_ptr, seed_ptr, offset_p
         arrival = tl.atomic_add(offset_ptr + g, 1)  # after every read of what the last arrival writes
         base = (arrival // C) << 32
         use = tl.rand(seed, base) < p  # Alg. 2 line 1
-        j = base + 1 + ob * C + c
-        noise_mu = tl.where(bmask, tl.randn(seed, j).to(ACC), 0.0)
-        noise_sigma = tl.where(bmask, tl.randn(seed, j + bc).to(ACC), 0.0)
+        r1, r2, _, _ = tl.randint4x(seed, base + 1 + ob * C + c)
+        noise_mu, noise_sigma = tl.pair_uniform_to_normal(tl.uint_to_uniform_float(r1), tl.uint_to_uniform_float(r2))
+        noise_mu = tl.where(bmask, noise_mu.to(ACC), 0.0)
+        noise_sigma = tl.where(bmask, noise_sigma.to(ACC), 0.0)
     else:
         use = tl.full((), 1, tl.int1)
         at = g * 2 * bc + ob * C + c

@@ -105,6 +105,7 @@ class _FFA(torch.autograd.Function):
         ctx.save_for_backward(x, saved, use, k_mu, k_sigma)
         ctx.opts = opts
         ctx.mark_non_differentiable(saved, use)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients of saved and use: no launch for them
 
     @staticmethod
     @once_differentiable
@@ -167,7 +168,7 @@ def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean
         differentiable w.r.t. ``x`` (once). Under ``torch.func.vmap`` every tensor argument carries
         the client dimension and the group runs in one launch each way.
     """
-    if 1 + 2 * x.shape[0] * x.shape[1] > triton_ffa.COUNTERS:
+    if 1 + x.shape[0] * x.shape[1] > triton_ffa.COUNTERS:
         raise ValueError(f"FFA layer: a batch of {x.shape[0]} x {x.shape[1]} channels needs more than "
                          f"{triton_ffa.COUNTERS} random numbers per forward; split the batch")
     opts = _Options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True)

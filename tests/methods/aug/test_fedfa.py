@@ -145,14 +145,14 @@ def test_options_are_validated():
 @pytest.mark.parametrize("aug", ["fedfa", "vfda"])
 def test_kernel_option_is_validated_with_the_choices(aug):
     cls = METHODS.get(aug)
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'fast'"):
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got 'fast'"):
         cls(kernel="fast")
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'auto': 'auto' \(the kernel "
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got 'auto': 'auto' \(the kernel "
                                           r"when it builds\) made a run's numbers depend on the machine"):
         cls(kernel="auto")
     raw = tiny_raw()
     raw["method"] = {"base": "fedavg", "augs": [aug], "options": {aug: {"kernel": True}}}
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got True"):
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got True"):
         build_simulation(validate(raw))
 
 

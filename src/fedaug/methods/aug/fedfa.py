@@ -59,8 +59,8 @@ class FedFA(FeatureStatsAug):
         dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
             vector to C, noise ``z C``; default off), see
             :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
-        kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the device's fused kernel);
-            see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
+        kernel: ``"off"`` (default, the pure-PyTorch path), ``"on"`` (the device's fused kernel) or
+            ``"triton"`` (the Triton path); see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
             cross-client variance of Eq. 5 as a robust spread
             (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`); not with
@@ -101,8 +101,9 @@ class FedFA(FeatureStatsAug):
         self.declare_releases()
 
     def group_blocker(self) -> str:
-        if self.kernel == "on":
-            return "its fused kernel (kernel='on') has no batched form; set fedfa.kernel='off'"
+        if self.kernel == "on" and not self.triton_path:
+            return ("its compiled CPU kernel (kernel='on' on the CPU) has no batched form; set fedfa.kernel='off' or "
+                    "'triton', or train on CUDA")
         return ""
 
     def make_layer(self, channels: int) -> FFALayer:

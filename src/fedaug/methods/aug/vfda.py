@@ -59,8 +59,10 @@ class VFDA(FeatureStatsAug):
         dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
             vector to C, noise ``z C``; default off), see
             :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
-        kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the device's fused kernel);
-            see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
+        kernel: ``"off"`` (default, the pure-PyTorch path), ``"on"`` (the device's fused kernel) or
+            ``"triton"`` (the Triton path, the only one that trains grouped: it keeps each client's
+            first-batch weight and momentum in tensors); see
+            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
             global variance as a robust spread
             (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`).
@@ -91,6 +93,12 @@ class VFDA(FeatureStatsAug):
             self.down_keys, self.up_keys = ("var_mu", "var_sigma"), RUNNING
         self.warn_if_stats_unused()
         self.declare_releases()
+
+    def group_blocker(self) -> str:
+        if not self.triton_path:
+            return (f"its layers copy a client's first batch's statistics, which only the Triton path keeps in "
+                    f"tensors; got kernel={self.kernel!r}: set vfda.kernel='triton', or 'on' with the model on CUDA")
+        return ""
 
     def make_layer(self, channels: int) -> FFALayer:
         return FFALayer(channels, p=self.p, variance="product" if self.global_variance else "client",
