@@ -160,37 +160,26 @@ def test_fedfa_on_the_triton_path_is_deterministic_and_trains_like_the_pytorch_p
     assert_close(records(raw_for("fedfa", "cuda")), first, SAMPLE_RTOL, evaluation=False)
 
 
-def ffa_kernels(layer: torch.nn.Module, x: torch.Tensor) -> list[str]:
-    """The CUDA kernels (and memsets or copies) of one forward and backward of ``layer`` on ``x``, after two
-    warm-up steps (Triton compiles, cuDNN chooses), as ``torch.profiler`` records them."""
-    grad = torch.randn_like(x)
-    for _ in range(2):
-        torch.autograd.grad(layer(x), x, grad)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        torch.autograd.grad(layer(x), x, grad)
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 @pytest.mark.parametrize("shape", [(32, 32, 14, 14), (8, 16, 64, 64)])
 def test_ffa_on_the_triton_path_launches_no_more_kernels_than_instance_norm(shape) -> None:
     """Issue 46: per layer and training step, FFALayer(kernel="on") on CUDA launches one kernel forward and
     one backward (coin, noise and running statistics inside), no more than nn.InstanceNorm2d, and
     synchronises with the host nowhere (``torch.cuda.set_sync_debug_mode("error")``)."""
+    from benchmarks.bench_ffa import kernels_per_step
     from fedaug.layers import FFALayer
 
-    x = torch.randn(shape, device="cuda", requires_grad=True)
+    device = torch.device("cuda")
+    x = torch.randn(shape, device=device, requires_grad=True)
     ffa = FFALayer(shape[1], p=0.5, kernel="on").cuda()
     ffa.set_stream(3)
-    ffa_names = ffa_kernels(ffa, x)
+    ffa_names = kernels_per_step(ffa, device, shape)
     torch.cuda.set_sync_debug_mode("error")  # a host read in the layer raises
     try:
         for _ in range(3):
             torch.autograd.grad(ffa(x), x, torch.ones_like(x))
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    norm_names = ffa_kernels(torch.nn.InstanceNorm2d(shape[1]).cuda(), x)
+    norm_names = kernels_per_step(torch.nn.InstanceNorm2d(shape[1]).cuda(), device, shape)
     print(f"{shape}: FFA {ffa_names}; InstanceNorm {norm_names}")
     assert ffa_names == ["_ffa_forward", "_ffa_backward"]
     assert len(ffa_names) <= len(norm_names)

@@ -18,11 +18,11 @@ value, ``arrival``; forward ``f = arrival // C`` (the same for the C programs of
 starts at 0 and grows by C per forward) draws from Philox counters ``(f << 32) + j``: ``j = 0`` the
 coin (``tl.rand < p``, one for the whole batch), ``j = 1 + b C + c`` the standard normal noise of
 sample ``b``, channel ``c``: the Box-Muller pair of the counter's first two outputs (as ``tl.randn``
-makes one), for the mean, then the std. So the same seed
-and offset give the same draws, no host reads a value, and a replayed CUDA graph draws anew, since
-its offset advanced. The last arrival (``arrival % C == C - 1``: every program of the client has
-read the client's state) clears the first-batch weight (below). The noise drawn is saved for the
-backward, which reads no state the forward changed.
+makes one), for the mean, then the std. So the same seed and offset (a multiple of C) give the same
+draws, no host reads a value, and a replayed CUDA graph draws anew, since its offset advanced. The
+last arrival (``arrival % C == C - 1``: every program of the client has read the client's state)
+replaces the first-batch weight by the momentum (below). The noise drawn is saved for the backward,
+which reads no state the forward changed.
 
 Running statistics (Eq. 4, ``LAYER``): where the coin wins, ``running = w running + (1 - w) mean_b z``
 per channel, written by the channel's own program; ``ema`` ``(2,)`` holds ``w`` (0 for a client whose
@@ -123,7 +123,7 @@ def _ffa_forward(x_ptr, y_ptr, saved_ptr, use_ptr, noise_ptr, seed_ptr, offset_p
     ACC: tl.constexpr = saved_ptr.dtype.element_ty
     ob = tl.arange(0, BLOCK_B)
     bmask = ob < B
-    rows = ((g * B + ob) * C + c).to(tl.int64) * N
+    rows = ((g * B + ob).to(tl.int64) * C + c) * N
     mu, sigma = _row_stats(x_ptr, rows, bmask, N, denom_n, EPS, ACC, BLOCK_B, BLOCK_N)
     bc = B * C
     if LAYER:
@@ -187,7 +187,7 @@ def _ffa_backward(g_ptr, x_ptr, saved_ptr, use_ptr, kmu_ptr, ksigma_ptr, gx_ptr,
     ACC: tl.constexpr = saved_ptr.dtype.element_ty
     ob = tl.arange(0, BLOCK_B)
     bmask = ob < B
-    rows = ((grp * B + ob) * C + c).to(tl.int64) * N
+    rows = ((grp * B + ob).to(tl.int64) * C + c) * N
     bc = B * C
     saved = grp * 4 * bc + ob * C + c
     mu = tl.load(saved_ptr + saved, mask=bmask, other=0.0)

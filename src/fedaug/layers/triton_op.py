@@ -148,7 +148,8 @@ def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean
 
     Args:
         x: features ``(B, C, *spatial)``, float16, bfloat16, float32 or float64; not modified.
-        seed: ``()`` int64, the client's stream. offset: ``()`` int64, advanced by ``C`` in place.
+        seed: ``()`` int64, the client's stream. offset: ``()`` int64, a multiple of ``C`` (0 to start),
+            advanced by ``C`` in place.
         ema: ``(2,)``: the weight of the old running statistic in the next update (Eq. 4; 0: the
             first batch's statistics are copied), then the momentum, which replaces the weight
             after a forward whose coin wins.
