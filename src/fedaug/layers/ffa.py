@@ -83,7 +83,8 @@ class FFALayer(nn.Module):
     line 1), computes each sample's channel mean and std ``(B, C)`` (Eq. 2), their variances over
     the batch ``(C,)`` (Eq. 3), the sampling variance (Eq. 7, see :data:`VARIANCES`), draws new
     statistics (Eq. 9) and re-styles the features (Eq. 8), then updates the running statistics
-    (Eq. 4). Eval mode, ``p = 0`` and a losing draw return the input itself.
+    (Eq. 4). Eval mode, ``p = 0`` and a losing draw return the input itself (on the Triton path a
+    losing draw returns its values).
 
     Random draws, in order: the coin ``torch.rand(())`` (only when ``0 < p < 1``), then
     ``torch.randn(2, B, C)`` (noise of the means, then of the stds), from :attr:`generator`
@@ -243,7 +244,9 @@ class FFALayer(nn.Module):
 
     # --- forward ---------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        """Augment ``x`` ``(B, C, *spatial)``; returns ``x`` itself when inactive."""
+        """Augment ``x`` ``(B, C, *spatial)``; returns ``x`` itself when inactive (eval mode, ``p = 0``, a
+        lost coin), except that on the Triton path a lost coin gives a new tensor of ``x``'s values (the
+        coin is decided on the device)."""
         if not self.training or self.p == 0.0:
             return x
         if x.dim() < 3 or x.shape[1] != self.num_channels:

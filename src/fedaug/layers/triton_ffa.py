@@ -196,7 +196,7 @@ def _ffa_backward(g_ptr, x_ptr, saved_ptr, use_ptr, kmu_ptr, ksigma_ptr, gx_ptr,
     noise_sigma = tl.load(saved_ptr + saved + 3 * bc, mask=bmask, other=0.0)
     k_mu = _param(kmu_ptr, grp * C + c, SHIFT, CONST, CONST_PARAM, ACC)
     k_sigma = _param(ksigma_ptr, grp * C + c, SHIFT, CONST, CONST_PARAM, ACC)
-    s_mu, coef_mu, dev_mu = _noise_scale(mu, bmask, B, denom_b, k_mu, EXTRA, FIXED, STD)
+    _, coef_mu, dev_mu = _noise_scale(mu, bmask, B, denom_b, k_mu, EXTRA, FIXED, STD)
     s_sigma, coef_sigma, dev_sigma = _noise_scale(sigma, bmask, B, denom_b, k_sigma, EXTRA, FIXED, STD)
     a = (sigma + noise_sigma * s_sigma) / sigma
     lanes = tl.arange(0, BLOCK_N)

@@ -17,7 +17,7 @@ noise behind :func:`fedaug.layers.functional.restyle` (``kernel="on"`` on CUDA, 
 with the compiled CPU kernel's arguments.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional  # Optional: custom_op reads the operators' schemas from these hints
 
 import torch
 from torch import Tensor
