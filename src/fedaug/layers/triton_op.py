@@ -110,6 +110,8 @@ class _FFA(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor, _saved: Tensor, _use: Tensor):  # type: ignore[override]
+        if grad is None:  # y unused (gradients are not materialised): a zero gradient, no launch
+            return None, *([None] * 9)
         x, saved, use, k_mu, k_sigma = ctx.saved_tensors
         o = ctx.opts
         gx = torch.ops.fedaug_triton.ffa_backward(grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma,
