@@ -7,7 +7,8 @@ Run: ``nice -n 5 .venv/bin/python benchmarks/bench_ffa.py [--repeats 7] [--steps
 For each model, every configuration is attached at the model's default ``feature_stages`` with the
 same forward hooks (``fedaug.layers.attach``): ``ffa`` (:class:`~fedaug.layers.FFALayer`, p = 1,
 fused variance, with the device's fused kernel: ``kernel="on"``, the compiled C++ kernel on the
-CPU, the Triton kernel on CUDA), ``ffa-pytorch`` (the same layer with
+CPU, the Triton path on CUDA: coin, noise and running statistics drawn and updated inside one launch
+forward and one backward, issue 46), ``ffa-pytorch`` (the same layer with
 ``kernel="off"``, the default: its pure-PyTorch custom autograd function), ``ffa-autograd`` (the same maths written as plain tensor code, the way the public
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
 Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
@@ -15,7 +16,8 @@ Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, non
 timed steps, and every ratio divides two medians of the same run; FFA / IN divides ``ffa``. On
 CUDA (``--device cuda``) the layers draw from a CUDA generator, as the engine's components do, each
 timed step ends with a synchronisation, and Triton compiles its kernels in the first (untimed)
-warm-up steps.
+warm-up steps; before the table, ``torch.profiler`` counts the CUDA kernels of one layer's forward
+and backward on ``(32, 32, 14, 14)`` for FFA (Triton path) and InstanceNorm.
 """
 
 from __future__ import annotations
@@ -128,6 +130,19 @@ class _RankProbe(nn.Module):
         return x
 
 
+def kernels_per_step(layer: nn.Module, device: torch.device, shape: tuple[int, ...] = (32, 32, 14, 14)) -> list[str]:
+    """The CUDA kernels of one forward and backward of ``layer`` (after two warm-up steps), by ``torch.profiler``."""
+    x = torch.randn(shape, device=device, requires_grad=True)
+    grad = torch.randn_like(x)
+    for _ in range(2):
+        torch.autograd.grad(layer(x), x, grad)
+    torch.cuda.synchronize(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.autograd.grad(layer(x), x, grad)
+        torch.cuda.synchronize(device)
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def measured_comm(model: str, data: dict, rounds: int = 2) -> tuple[int, int, int]:
     """(clients, FedFA bytes up + down in the last round, Appendix D formula per client in bytes)."""
     raw = {"seed": 0, "data": data, "model": {"name": model},
@@ -161,6 +176,12 @@ def main() -> None:
     print(f"torch {torch.__version__}, {environment(device, '32', False)['device_name']}, {args.threads} threads, {args.repeats} "
           f"interleaved repeats x {args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")
     kernel.fused_op(device.type)  # build (CPU) or import (CUDA: triton) outside the timed steps
+    if device.type == "cuda":
+        layers = {"FFA (Triton path)": FFALayer(32, p=1.0, kernel="on"), "InstanceNorm": nn.InstanceNorm2d(32)}
+        for name, layer in layers.items():
+            names = kernels_per_step(layer.to(device), device)
+            print(f"CUDA kernels per layer and step (forward + backward), {name}: {len(names)} ({', '.join(names)})")
+        print()
     print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:

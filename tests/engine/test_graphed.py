@@ -363,3 +363,17 @@ def test_a_traced_capture_refuses_a_step_that_reads_a_tensor_on_the_host():
     with pytest.raises(ConfigError, match=r"a training step reads a tensor.s value on the host \(aten\.(_local_scalar_dense|is_nonzero)"):
         TracedCapture().capture(body)
     assert torch.equal(w, torch.ones(3))
+
+
+@pytest.mark.parametrize("aug", ["fedfa", "vfda"])
+def test_the_triton_path_is_captured_and_replayed_with_new_draws_bit_for_bit(aug):
+    """FedFA and VFDA on the Triton kernel (kernel = "triton", under Triton's interpreter here): the kernel draws
+    from each client's seed and a step counter on the device, so a captured step replays with new draws and the
+    records equal eager steps' bit for bit."""
+    from tests.engine.test_grouped import triton_config
+
+    want = records(build_simulation(triton_config(aug, 1)), 2)
+    sim = build_simulation(triton_config(aug, 1))
+    steps = graph(sim)
+    assert records(sim, 2) == want
+    assert steps.num_captures == 1

@@ -123,7 +123,8 @@ def test_the_option_alone_chooses_the_path_whatever_the_environment(monkeypatch,
     lambda: restyle(torch.randn(2, 3, 4), StatNoise(torch.randn(2, 2, 3), scale=torch.ones(2, 3)), kernel="yes"),
 ])
 def test_bad_mode_is_named_with_the_choices(make):
-    with pytest.raises(ConfigError, match=r"kernel must be one of off, on, got '(auto|yes)': \"off\" is the pure-PyTorch"):
+    with pytest.raises(ConfigError, match=r"kernel must be one of off, on, triton, got '(auto|yes)': \"off\" is the "
+                                          r"pure-PyTorch"):
         make()
 
 

@@ -1,7 +1,8 @@
-"""The FFA layer's Triton kernel for CUDA (fedaug.layers.triton_ffa): the same function as the
-pure-PyTorch path (forward, statistics, exact input gradients, the layer's running statistics) for
-every option, 1D/2D/3D; FedFA's and VFDA's layers against the paper's equations; how the kernel is
-chosen and what happens without triton.
+"""The FFA layer's Triton kernels (fedaug.layers.triton_ffa) with given noise, as ``restyle`` runs them
+(fedaug.layers.triton_op.ffa_restyle): the same function as the pure-PyTorch path (forward, statistics,
+exact input gradients) for every option, 1D/2D/3D; how the kernel is chosen and what happens without
+triton; every kernel compiles for GPUs. The layer's own path (in-kernel draws, running statistics,
+grouped, traced) is tested in tests/layers/test_triton_op.py.
 
 Without a GPU (CI) the kernel runs on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
 set by the repository's conftest.py before triton is imported), in place of the compiled C++ kernel
@@ -29,12 +30,12 @@ from tests.layers.test_ffa import X, draws, np_ffa, np_stats
 
 pytest.importorskip("triton", reason="the Triton kernel's tests need triton: pip install -e '.[gpu]' "
                                      "(scripts/setup.sh installs it)")
-from fedaug.layers import triton_ffa  # noqa: E402  (needs triton)
+from fedaug.layers import triton_ffa, triton_op  # noqa: E402  (needs triton)
 
 #: where the kernel runs: compiled on a GPU, else interpreted on the CPU
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 #: (B, C, *spatial): 1D, 2D, 3D, a batch of one, 1x1 maps, a row longer than one block (loops)
-SHAPES = [(4, 3, 6), (3, 2, 4, 5), (2, 2, 3, 2, 4), (1, 3, 10), (5, 2, 1, 1), (1, 2, triton_ffa.MAX_BLOCK + 52)]
+SHAPES = [(4, 3, 6), (3, 2, 4, 5), (2, 2, 3, 2, 4), (1, 3, 10), (5, 2, 1, 1), (1, 2, triton_ffa.TILE + 52)]
 #: (fixed, noise_scale, correction, unbiased): every option of the map and the spatial estimator
 OPTIONS = list(itertools.product([True, False], ["std", "variance"], [0, 1], [False, True]))
 
@@ -47,7 +48,7 @@ def triton_calls(monkeypatch) -> list[tuple[int, ...]]:
 
     def op(*args):
         calls.append(tuple(args[0].shape))
-        return triton_ffa.ffa_restyle(*args)
+        return triton_op.ffa_restyle(*args)
 
     monkeypatch.setattr(kernel, "fused_op", lambda device_type: op)
     return calls
@@ -59,6 +60,15 @@ def make_map(noise, param, fixed, scale, corr):
     return StatNoise(noise, mult=param, noise_scale=scale, correction=corr, extra=1e-6 * corr)
 
 
+def graph_nodes(y, depth):
+    """Names of the autograd nodes within ``depth`` steps of ``y``'s."""
+    names, level = [], [y.grad_fn]
+    for _ in range(depth):
+        names += [fn.name() for fn in level]
+        level = [nxt for fn in level for nxt, _ in fn.next_functions if nxt is not None]
+    return names
+
+
 def paths(x, sn, unbiased):
     """``[(y, mu, sigma, dL/dx)]`` of :func:`restyle` with ``kernel="on"`` (routed to the Triton kernel by
     :func:`triton_calls`), then with ``kernel="off"`` (the pure-PyTorch path), for L = sum(y w)."""
@@ -67,7 +77,7 @@ def paths(x, sn, unbiased):
     for mode in ("on", "off"):
         xi = x.clone().requires_grad_()
         y, mu, sigma = restyle(xi, sn, unbiased=unbiased, kernel=mode)
-        assert (y.grad_fn.name() == "_TritonRestyleBackward") == (mode == "on")
+        assert ("_FFABackward" in graph_nodes(y, depth=2)) == (mode == "on")
         (y * w).sum().backward()
         out.append((y.detach(), mu, sigma, xi.grad))
     return out
@@ -184,7 +194,7 @@ def test_layer_on_the_triton_kernel_golden(fusion, scale, triton_calls):
 
 
 def test_each_device_type_gets_its_kernel():
-    assert kernel.fused_op("cuda") is triton_ffa.ffa_restyle
+    assert kernel.fused_op("cuda") is triton_op.ffa_restyle
     with pytest.raises(ValueError, match=r"no fused FFA kernel for device type 'mps'; the fused kernels run on cpu "
                                          r"and cuda"):
         kernel.fused_op("mps")
@@ -192,8 +202,9 @@ def test_each_device_type_gets_its_kernel():
 
 def test_without_triton_only_the_cuda_kernel_fails(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
-    monkeypatch.delitem(sys.modules, "fedaug.layers.triton_ffa")
-    monkeypatch.delattr(fedaug.layers, "triton_ffa")  # else `from fedaug.layers import triton_ffa` finds it
+    for name in ("triton_ffa", "triton_op"):
+        monkeypatch.delitem(sys.modules, f"fedaug.layers.{name}")
+        monkeypatch.delattr(fedaug.layers, name)  # else `from fedaug.layers import ...` finds it
     with pytest.raises(kernel.KernelBuildError, match=r"the CUDA FFA kernel is written in Triton, which cannot be "
                                                       r"imported .*pip install 'fedaug\[gpu\]'.* kernel option to "
                                                       r"\"off\""):
@@ -202,9 +213,11 @@ def test_without_triton_only_the_cuda_kernel_fails(monkeypatch):
     assert FFALayer(3, p=1.0, generator=torch.Generator().manual_seed(0))(x).shape == x.shape  # "off" needs none
 
 
-#: compiles every kernel of fedaug.layers.triton_ffa to a cubin for argv's GPU architectures, in both dtypes and
-#: for every map (fixed scales; std and variance scales): pointers are the ``*_ptr`` arguments, the other
-#: non-constexpr arguments 32-bit integers, as a launch specialises them
+#: compiles both kernels of fedaug.layers.triton_ffa to a cubin for a GPU architecture, for variants that take every
+#: compile-time branch at least once (argv: ``arch:variant,...``): the layer's path and given noise; float32, bfloat16
+#: features and float64; fixed scales, std and variance scales; per-channel and constant parameters. Pointers are the
+#: ``*_ptr`` arguments (seed and offset int64, features in their dtype, the rest in the accumulation dtype), ``p`` a
+#: float, the other non-constexpr arguments 32-bit integers, as a launch specialises them
 AHEAD_OF_TIME = """
 import inspect, sys
 import triton
@@ -212,32 +225,41 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from fedaug.layers import triton_ffa as m
 
-values = {"EPS": 1e-6, "BLOCK_N": 128, "BLOCK_B": 16}
-for arch in map(int, sys.argv[1:]):
-    for dtype in ("fp32", "fp64"):
-        for fixed, std in ((True, True), (False, True), (False, False)):
-            const = {**values, "EXTRA": 0.0 if fixed else 1e-6, "FIXED": fixed, "STD": std}
-            for fn in (m._row_moments, m._restyle_forward, m._row_grad_sums, m._restyle_backward):
-                names = list(inspect.signature(fn.fn).parameters)
-                sig = {k: "constexpr" if k in const else "*" + dtype if k.endswith("_ptr") else "i32" for k in names}
-                src = ASTSource(fn, sig, constexprs={k: v for k, v in const.items() if k in names})
-                done = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                      options={"num_warps": 4, "enable_fp_fusion": True})
-                assert "cubin" in done.asm
-                print(arch, dtype, fixed, std, fn.__name__)
+VARIANTS = [  # feature dtype, accumulation dtype, LAYER, FIXED, STD, CONST_PARAM
+    ("fp32", "fp32", True, False, True, False), ("bf16", "fp32", True, True, True, True),
+    ("fp64", "fp64", False, False, False, False), ("fp32", "fp32", False, False, True, True),
+]
+for job in sys.argv[1:]:
+    arch, variants = job.split(":")
+    for v in map(int, variants.split(",")):
+        feat, acc, layer, fixed, std, const = VARIANTS[v]
+        values = {"EPS": 1e-6, "EXTRA": 0.0 if fixed else 1e-6, "SHIFT": 1.0, "CONST": 0.5, "CONST_PARAM": const,
+                  "FIXED": fixed, "STD": std, "LAYER": layer, "BLOCK_B": 16, "BLOCK_N": 128}
+        for fn in (m._ffa_forward, m._ffa_backward):
+            names = list(inspect.signature(fn.fn).parameters)
+            ptr = {"seed_ptr": "*i64", "offset_ptr": "*i64", "x_ptr": "*" + feat, "y_ptr": "*" + feat,
+                   "g_ptr": "*" + feat, "gx_ptr": "*" + feat}
+            sig = {k: "constexpr" if k in values else ptr.get(k, "*" + acc) if k.endswith("_ptr")
+                   else "fp32" if k == "p" else "i32" for k in names}
+            src = ASTSource(fn, sig, constexprs={k: v for k, v in values.items() if k in names})
+            done = triton.compile(src, target=GPUTarget("cuda", int(arch), 32),
+                                  options={"num_warps": 4, "enable_fp_fusion": True})
+            assert "cubin" in done.asm
+            print(arch, VARIANTS[v], fn.__name__)
 """
 
 
 def test_kernels_compile_for_gpus_without_one(tmp_path):
     """The interpreter runs the kernels' Python; Triton's compiler (its own front end, typing and
-    lowering) is checked here by compiling them for A100 (sm_80) and H100/H200 (sm_90), no GPU needed.
+    lowering) is checked here by compiling them for H100/H200 (sm_90, every variant) and A100 (sm_80,
+    the layer's float32 path), no GPU needed.
     In a subprocess without ``TRITON_INTERPRET``, with an empty Triton cache so that nothing is reused."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", AHEAD_OF_TIME, "80", "90"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", AHEAD_OF_TIME, "90:0,1,2,3", "80:0"], capture_output=True, text=True,
                           env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(done.stdout.splitlines()) == 2 * 2 * 3 * 4
+    assert len(done.stdout.splitlines()) == (4 + 1) * 2
 
 
 def test_fedaug_imports_and_trains_ffa_without_importing_triton():

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError
-
+from fedaug.layers import kernel as compiled
 from fedaug.layers.functional import StatNoise, check_kernel, momentum_update, restyle, restyle_autograd, t_modulation
 
 #: how the sampling variance (Eq. 7) is formed from the client-specific variance ``v`` (Eq. 3)
@@ -56,6 +56,29 @@ class Drawn:
     momentum_weights: Tensor
 
 
+@dataclass(frozen=True)
+class KernelState:
+    """One client's part of a grouped forward on the Triton path (:func:`fedaug.layers.kernel.uses_triton`):
+    the per-client tensors the kernel reads and updates in place (the layer's buffers of the same names),
+    each a slice of the group's stacked tensors inside ``torch.func.vmap``. Nothing is drawn outside: the
+    kernel draws from ``seed`` and ``offset``.
+
+    Args:
+        running_mean, running_std: ``(C,)``, the client's running statistics.
+        shared_mu, shared_sigma: ``(C,)``, the server's quantities as the client received them.
+        seed, offset: ``()`` int64, the client's random stream.
+        ema: ``(2,)``, the running statistics' next weight and momentum (:attr:`FFALayer.ema`).
+    """
+
+    running_mean: Tensor
+    running_std: Tensor
+    shared_mu: Tensor
+    shared_sigma: Tensor
+    seed: Tensor
+    offset: Tensor
+    ema: Tensor
+
+
 def _choice(what: str, value: str, allowed: object) -> str:
     if value not in allowed:  # type: ignore[operator]
         raise ConfigError(f"FFALayer.{what} must be one of {', '.join(allowed)}, got {value!r}")  # type: ignore[arg-type]
@@ -69,12 +92,16 @@ class FFALayer(nn.Module):
     line 1), computes each sample's channel mean and std ``(B, C)`` (Eq. 2), their variances over
     the batch ``(C,)`` (Eq. 3), the sampling variance (Eq. 7, see :data:`VARIANCES`), draws new
     statistics (Eq. 9) and re-styles the features (Eq. 8), then updates the running statistics
-    (Eq. 4). Eval mode, ``p = 0`` and a losing draw return the input itself.
+    (Eq. 4). Eval mode, ``p = 0`` and a losing draw return the input itself (on the Triton path a
+    losing draw returns its values).
 
     Random draws, in order: the coin ``torch.rand(())`` (only when ``0 < p < 1``), then
     ``torch.randn(2, B, C)`` (noise of the means, then of the stds), from :attr:`generator`
     (``None``: torch's default generator, like ``nn.Dropout``; fedaug's components always set a
-    seeded one).
+    seeded one). On the Triton path (``kernel="triton"``, or ``"on"`` on CUDA) the kernel draws
+    both itself, with Philox, from the :attr:`seed` and :attr:`offset` tensors (:meth:`set_stream`;
+    :mod:`fedaug.layers.triton_ffa`), and updates the running statistics in the same launch: no host
+    synchronisation, so a CUDA graph of a training step replays it, with new draws each replay.
 
     Args:
         num_channels: C, channels of the features ``(B, C, *spatial)`` (any spatial rank >= 1).
@@ -90,14 +117,20 @@ class FFALayer(nn.Module):
         generator: source of the coin and the noise.
         kernel: ``"off"`` (default): the pure-PyTorch path, the same numbers on every machine;
             ``"on"``: the device's fused kernel (:mod:`fedaug.layers.kernel`): compiled C++ on
-            the CPU (faster on small maps, needs a C++ compiler), Triton on CUDA (needs
-            ``triton``); float32 results differ from ``"off"`` in the last bits, and may differ
-            between CPU or GPU models.
+            the CPU (faster on small maps, needs a C++ compiler; float32 results differ from
+            ``"off"`` in the last bits), the Triton path on CUDA (needs ``triton``; other draws);
+            ``"triton"``: the Triton path on any device (a CPU runs it under Triton's interpreter,
+            ``TRITON_INTERPRET=1``, slowly: for tests). Results may differ between CPU or GPU models.
 
     Attributes:
         running_mean, running_std: ``(C,)`` buffers, the client's running statistics (Eq. 4).
         shared_mu, shared_sigma: ``(C,)`` buffers, the server's per-channel quantities (gamma or
             variances); neutral (1 for gamma and products, 0 for direct fusion) until set.
+        seed, offset: ``()`` int64 buffers, the Triton path's random stream: a forward draws from
+            (seed, offset) and advances the offset by C, on the device.
+        ema: ``(2,)`` buffer, the Triton path's weight of the old running statistic in the next
+            update (0 after ``reset_running_stats(from_first_batch=True)``, else :attr:`momentum`),
+            then the momentum; the other paths keep the first-batch flag on the host.
 
     >>> import torch
     >>> layer = FFALayer(4, p=1.0, generator=torch.Generator().manual_seed(0))
@@ -130,29 +163,55 @@ class FFALayer(nn.Module):
         self.kernel = check_kernel(kernel, "FFALayer.kernel")
         self.generator = generator
         #: one client's draws and state during a grouped step (set by its component; ``None`` elsewhere)
-        self.drawn: Drawn | None = None
+        self.drawn: Drawn | KernelState | None = None
         self._init_from_batch = False
-        #: ``(m, 1 - m)`` (float32 roundings of the float64 values) and the next Eq. 4 update's weights
-        self.register_buffer("momentum_weights", torch.zeros(2))
-        self.register_buffer("update_weights", torch.zeros(2))
-        self.momentum = momentum
         self.register_buffer("running_mean", torch.zeros(num_channels))
         self.register_buffer("running_std", torch.ones(num_channels))
         neutral = _NEUTRAL[variance]
         self.register_buffer("shared_mu", torch.full((num_channels,), neutral))
         self.register_buffer("shared_sigma", torch.full((num_channels,), neutral))
+        self.register_buffer("seed", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("offset", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("ema", torch.zeros(2))
+        self.register_buffer("momentum_weights", torch.zeros(2))
+        self.register_buffer("update_weights", torch.zeros(2))
+        self.momentum = momentum
 
     @property
     def momentum(self) -> float:
-        """The weight of the old running statistic in Eq. 4 (VFDA sets it every round)."""
+        """Weight of the old running statistic in Eq. 4 (VFDA sets it every round); setting it sets the
+        weights' tensors (:meth:`_set_weights`)."""
         return self._momentum
 
     @momentum.setter
     def momentum(self, value: float) -> None:
         self._momentum = float(value)
-        self.momentum_weights.copy_(torch.tensor([value, 1.0 - value], dtype=torch.float64))
-        if not self._init_from_batch:
-            self.update_weights.copy_(self.momentum_weights)
+        self._set_weights()
+
+    def _set_weights(self) -> None:
+        """Eq. 4's weights as tensors, from :attr:`momentum` and the first-batch flag, for the paths that must
+        not read them on the host: the Triton path's :attr:`ema` ``(next update's weight, m)``; the PyTorch
+        step path's :attr:`momentum_weights` ``(m, 1 - m)`` and :attr:`update_weights` (the next update's
+        ``(keep, take)``), each the rounding of the float64 value, as :func:`momentum_update` rounds them."""
+        m, first = self._momentum, self._init_from_batch
+        with torch.no_grad():
+            self.ema.copy_(torch.tensor([0.0 if first else m, m], dtype=torch.float64))
+            self.momentum_weights.copy_(torch.tensor([m, 1.0 - m], dtype=torch.float64))
+            self.update_weights.copy_(torch.tensor([0.0, 1.0]) if first else self.momentum_weights)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        """After a dtype or device change, the weights hold :attr:`momentum` anew in their new dtype (a
+        float32 0.99 cast to float64 is not 0.99); a pending first-batch update (weight 0) stays pending."""
+        super()._apply(fn, recurse)
+        m = self._momentum
+        with torch.no_grad():
+            self.ema[0].masked_fill_(self.ema[0] != 0, m)
+            self.ema[1].fill_(m)
+            pending = self.update_weights[0] == 0
+            self.momentum_weights.copy_(torch.tensor([m, 1.0 - m], dtype=torch.float64))
+            self.update_weights.copy_(torch.where(pending, torch.tensor([0.0, 1.0]).to(self.update_weights),
+                                                  self.momentum_weights))
+        return self
 
     # --- what the federation sets ----------------------------------------------------------
     def set_gamma(self, gamma_mu: Tensor, gamma_sigma: Tensor) -> None:
@@ -196,21 +255,31 @@ class FFALayer(nn.Module):
         else:
             self.running_std.copy_(std)
         self._init_from_batch = from_first_batch
-        if from_first_batch:
-            self.update_weights.copy_(torch.tensor([0.0, 1.0]))
+        self._set_weights()
+
+    def set_stream(self, seed: Tensor | int) -> None:
+        """Start the Triton path's random stream at ``seed`` (``()`` int64 tensor, on any device, or an
+        int): :attr:`seed` set, :attr:`offset` 0 (no host read of a tensor ``seed``)."""
+        if isinstance(seed, Tensor):
+            self.seed.copy_(seed)
         else:
-            self.update_weights.copy_(self.momentum_weights)
+            self.seed.fill_(seed)
+        self.offset.zero_()
 
     # --- forward ---------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        """Augment ``x`` ``(B, C, *spatial)``; returns ``x`` itself when inactive."""
+        """Augment ``x`` ``(B, C, *spatial)``; returns ``x`` itself when inactive (eval mode, ``p = 0``, a
+        lost coin), except that on the Triton path a lost coin gives a new tensor of ``x``'s values (the
+        coin is decided on the device)."""
         if not self.training or self.p == 0.0:
             return x
         if x.dim() < 3 or x.shape[1] != self.num_channels:
             raise ValueError(f"FFALayer({self.num_channels}) expects (B, {self.num_channels}, *spatial), "
                              f"got shape {tuple(x.shape)}")
+        if compiled.uses_triton(self.kernel, x.device):
+            return self._forward_triton(x, self if self.drawn is None else self.drawn)  # type: ignore[arg-type]
         if self.drawn is not None:
-            return self._forward_drawn(x, self.drawn)
+            return self._forward_drawn(x, self.drawn)  # type: ignore[arg-type]
         noise = self._draw(x.shape[0], self.generator, x.device)
         if noise is None:
             return x
@@ -223,7 +292,7 @@ class FFALayer(nn.Module):
             momentum_update(self.running_mean, mu, weight)
             momentum_update(self.running_std, sigma, weight)
             self._init_from_batch = False
-            self.update_weights.copy_(self.momentum_weights)
+            self._set_weights()
         return y
 
     def _draw(self, batch_size: int, g: torch.Generator | None, device: torch.device) -> Tensor | None:
@@ -274,6 +343,23 @@ class FFALayer(nn.Module):
             d.update_weights.copy_(d.momentum_weights if eager else torch.where(d.use, d.momentum_weights,
                                                                                  d.update_weights))
         return y if eager else torch.where(d.use, y, x)
+
+    def _forward_triton(self, x: Tensor, state: KernelState | FFALayer) -> Tensor:
+        """The training forward on the Triton path (:func:`fedaug.layers.triton_op.ffa_train`), on
+        ``state``'s per-client tensors: this layer's buffers, or one client's slices of a grouped step."""
+        if x.device.type != "cuda":
+            compiled.check_triton_device(x.device, "FFALayer.kernel")
+        official = self.estimator == "official"
+        if self.variance == "fixed":
+            const = self.lam**2 if self.noise_scale == "variance" else self.lam
+        else:
+            const = 1.0 if self.variance == "client" else None
+        shared = (None, None) if const is not None else (state.shared_mu, state.shared_sigma)
+        return compiled.triton_module().ffa_train(
+            x, state.seed, state.offset, state.ema, state.running_mean, state.running_std, *shared, p=self.p,
+            const=const, shift=0.0 if self.variance == "product" else 1.0, fixed=self.variance == "fixed",
+            std_scale=self.noise_scale == "std", correction=int(official), extra=1e-6 if official else 0.0,
+            eps=self.eps, unbiased=official)
 
     def _stat_noise(self, noise: Tensor, shared_mu: Tensor | None = None,
                     shared_sigma: Tensor | None = None) -> StatNoise:

@@ -348,7 +348,8 @@ def check_kernel(value: str, owner: str = "kernel") -> str:
     if value not in compiled.MODES:
         raise ConfigError(f"{owner} must be one of {', '.join(compiled.MODES)}, got {value!r}: \"off\" is the "
                           "pure-PyTorch path (the same numbers on every machine), \"on\" the fused kernel "
-                          "(compiled C++ on the CPU, Triton on CUDA)")
+                          "(compiled C++ on the CPU, Triton on CUDA), \"triton\" the Triton kernel on any device "
+                          "(CUDA, or a CPU under TRITON_INTERPRET=1)")
     return value
 
 
@@ -361,8 +362,9 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
     vector-Jacobian product, so ``fn`` may couple the samples, e.g. through batch variances).
     With ``kernel="on"``, a :class:`StatNoise` map on a float32/float64 tensor runs the device's
     fused kernel (:mod:`fedaug.layers.kernel`; same function, one autograd node): on the CPU the
-    compiled C++ kernel, on CUDA the Triton kernel (:mod:`fedaug.layers.triton_ffa`); anything
-    else (``kernel="off"``, other maps, devices or dtypes, tracing by ``torch.compile``) runs
+    compiled C++ kernel, on CUDA the Triton kernel (:func:`fedaug.layers.triton_op.ffa_restyle`);
+    with ``kernel="triton"``, the Triton kernel on any device (a CPU needs Triton's interpreter);
+    anything else (``kernel="off"``, other maps, devices or dtypes, tracing by ``torch.compile``) runs
     :class:`_Restyle`. They agree to float rounding; in float32 that rounding differs, so a
     long training run on one path does not reproduce a run on another. The pure-PyTorch path
     supports double backward (FedMix combined with FedFA or VFDA); the fused kernels do not.
@@ -373,24 +375,32 @@ def restyle(x: Tensor, fn: StatsMap, *, eps: float = 1e-6, unbiased: bool = Fals
             any differentiable map wrapped by :func:`autograd_map`.
         eps: added to the spatial variance before the square root.
         unbiased: spatial variance over ``N - 1`` positions (public code) instead of ``N``.
-        kernel: ``"off"`` (the pure-PyTorch path) or ``"on"`` (the fused kernel where it applies).
+        kernel: ``"off"`` (the pure-PyTorch path), ``"on"`` (the device's fused kernel where it
+            applies) or ``"triton"`` (the Triton kernel where it applies).
 
     Returns:
         ``(y, mu, sigma)``: ``y`` like ``x``; ``mu, sigma`` ``(B, C)`` detached (for running statistics).
 
     Raises:
-        ConfigError: ``kernel`` is not ``"off"`` or ``"on"``.
-        fedaug.layers.kernel.KernelBuildError: ``kernel="on"`` and the kernel cannot be built (CPU)
-            or triton cannot be imported (CUDA).
+        ConfigError: ``kernel`` is not one of :data:`fedaug.layers.kernel.MODES`, or ``"triton"`` where
+            the Triton kernel cannot run (:func:`fedaug.layers.kernel.check_triton_device`).
+        fedaug.layers.kernel.KernelBuildError: the kernel cannot be built (CPU) or triton cannot be
+            imported.
     """
     _check_features(x)
     check_kernel(kernel)
-    fusable = (kernel == "on" and type(fn) is StatNoise and x.device.type in compiled.FUSED_DEVICES
-               and x.dtype in _KERNEL_DTYPES and not torch.compiler.is_compiling())
-    if not fusable:
+    fusable = (kernel != "off" and type(fn) is StatNoise and x.dtype in _KERNEL_DTYPES
+               and not torch.compiler.is_compiling())
+    if kernel == "triton" and fusable:
+        compiled.check_triton_device(x.device, "kernel")
+        op = compiled.triton_op()
+    elif fusable and x.device.type in compiled.FUSED_DEVICES:
+        op = compiled.fused_op(x.device.type)
+    else:
+        op = None
+    if op is None:
         y, z = _Restyle.apply(x, fn, eps, unbiased)
     else:
-        op = compiled.fused_op(x.device.type)
         fixed = fn.scale is not None
         param = fn.scale if fixed else fn.mult
         y, z = op(x, fn.noise.to(x.dtype), param.to(x.dtype), fixed, fn.noise_scale == "std", fn.correction,
@@ -407,7 +417,7 @@ def perturb_channel_stats(x: Tensor, var_mu: Tensor, var_sigma: Tensor, *, noise
         var_mu, var_sigma: ``(C,)`` sampling variances of the mean and the std (e.g. Eq. 7).
         noise_mu, noise_sigma: ``(B, C)`` standard normal draws.
         eps: added to the spatial variance.
-        kernel: ``"off"`` (pure PyTorch) or ``"on"`` (the fused kernel), as in :func:`restyle`.
+        kernel: ``"off"`` (pure PyTorch), ``"on"`` (the fused kernel) or ``"triton"``, as in :func:`restyle`.
 
     Returns:
         Same shape and dtype as ``x``; differentiable w.r.t. ``x`` (re-parameterised, Eq. 9).

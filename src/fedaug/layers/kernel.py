@@ -1,5 +1,5 @@
 """The FFA layer's fused kernels: the compiled CPU kernel (``csrc/ffa_restyle.cpp``: build, cache and
-load) and the Triton CUDA kernel (:mod:`fedaug.layers.triton_ffa`: import on first use).
+load) and the Triton kernels (:mod:`fedaug.layers.triton_op`: import on first use).
 
 :func:`fedaug.layers.functional.restyle` with ``kernel="on"``, a
 :class:`~fedaug.layers.functional.StatNoise` map and a CPU float tensor runs
@@ -9,8 +9,7 @@ from Python (on 2x2-14x14 maps those calls cost more than the arithmetic). Both 
 same function; they agree to float rounding (tested to 1e-10 in float64). In float32 the last bits
 differ, and a long training run amplifies them (docs/fedfa.md), so the path is part of a run's
 config: the ``kernel`` option of :class:`~fedaug.layers.ffa.FFALayer` and of the ``fedfa`` and
-``vfda`` components (``"off"``, the default: the pure-PyTorch path; ``"on"``: this kernel). No
-environment variable chooses it.
+``vfda`` components (:data:`MODES`). No environment variable chooses it.
 
 The library is compiled on first use with the system C++ compiler against the installed torch
 (~20 s; ``fedaug kernel`` or ``scripts/setup.sh`` does it ahead) for this CPU (``-march=native``,
@@ -19,29 +18,37 @@ under ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by t
 and Python's versions, the CPU's model and flags, and the compiler command; a file lock makes
 concurrent processes build it once. Nothing is downloaded.
 
-On CUDA the same ``kernel="on"`` runs :func:`fedaug.layers.triton_ffa.ffa_restyle` (same arguments,
-same function), which needs the ``triton`` package (the ``gpu`` extra; torch's CUDA wheels ship
-it); Triton compiles it for the GPU on first use and caches it (``~/.triton/cache``). It is
-imported only then, so fedaug runs without triton. :func:`fused_op` picks the kernel by device.
+On CUDA ``kernel="on"`` (and ``"triton"`` anywhere) takes the Triton path
+(:mod:`fedaug.layers.triton_op`): the layer's training forward draws its coin and noise and updates
+its running statistics inside the kernel (:func:`~fedaug.layers.triton_op.ffa_train`), and
+``restyle`` runs the same kernel on given noise (:func:`~fedaug.layers.triton_op.ffa_restyle`, the
+compiled kernel's arguments). It needs the ``triton`` package (the ``gpu`` extra; torch's CUDA wheels
+ship it); Triton compiles it for the GPU on first use and caches it (``~/.triton/cache``). It is
+imported only then, so fedaug runs without triton. On a CPU the Triton path runs only under Triton's
+interpreter (``TRITON_INTERPRET=1`` before triton is imported: slow, for tests;
+:func:`check_triton_device`). :func:`fused_op` picks ``restyle``'s kernel by device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Literal, get_args
 
 import torch
 
 from fedaug.core import native
+from fedaug.core.errors import ConfigError
 from fedaug.core.native import CACHE_ENV, KernelBuildError, cache_dir
 
-__all__ = ["CACHE_ENV", "FUSED_DEVICES", "MODES", "KernelBuildError", "build", "cache_dir", "fused_op", "restyle_op",
-           "triton_op"]
+__all__ = ["CACHE_ENV", "FUSED_DEVICES", "MODES", "KernelBuildError", "build", "cache_dir", "check_triton_device",
+           "fused_op", "restyle_op", "triton_module", "triton_op", "uses_triton"]
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
-#: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device.
-KernelMode = Literal["off", "on"]
+#: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device
+#: (compiled C++ on the CPU, Triton on CUDA), the Triton path on any device (a CPU needs TRITON_INTERPRET=1).
+KernelMode = Literal["off", "on", "triton"]
 MODES: tuple[str, ...] = get_args(KernelMode)
 #: device types with a fused kernel: the compiled C++ kernel on the CPU, the Triton kernel on CUDA.
 FUSED_DEVICES = ("cpu", "cuda")
@@ -81,18 +88,51 @@ def restyle_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     return _STATE["op"]  # type: ignore[return-value]
 
 
-def triton_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`fedaug.layers.triton_ffa.ffa_restyle`, the CUDA kernel, imported on the first call.
+def triton_module() -> ModuleType:
+    """:mod:`fedaug.layers.triton_op`, the Triton path, imported on the first call.
 
     Raises:
         KernelBuildError: ``triton`` is not installed.
     """
     try:
-        from fedaug.layers import triton_ffa
+        from fedaug.layers import triton_op as module
     except ImportError as err:
         raise KernelBuildError(f"the CUDA FFA kernel is written in Triton, which cannot be imported ({err}); install "
                                f"it with pip install 'fedaug[gpu]' (torch's CUDA wheels ship it) {_FIX_OFF}") from err
-    return triton_ffa.ffa_restyle
+    return module
+
+
+def triton_op() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`fedaug.layers.triton_op.ffa_restyle`, the Triton re-styling with given noise (:func:`triton_module`)."""
+    return triton_module().ffa_restyle
+
+
+def uses_triton(kernel: str, device: torch.device) -> bool:
+    """Whether an FFA layer with option ``kernel`` on ``device`` takes the Triton path: ``"triton"``
+    anywhere, ``"on"`` on CUDA."""
+    return kernel == "triton" or (kernel == "on" and device.type == "cuda")
+
+
+def check_triton_device(device: torch.device, owner: str) -> None:
+    """Import the Triton path (:func:`triton_module`) and check that it runs on ``device``: CUDA, or a CPU
+    under Triton's interpreter.
+
+    Raises:
+        KernelBuildError: ``triton`` is not installed.
+        ConfigError: ``device`` is a CPU and triton was imported without ``TRITON_INTERPRET=1``, or
+            another device; the message names ``owner`` (e.g. ``fedfa.kernel``) and the fix.
+    """
+    triton_module()
+    from fedaug.layers import triton_ffa
+
+    if device.type == "cuda" or (device.type == "cpu" and triton_ffa.INTERPRETED):
+        return
+    if device.type == "cpu":
+        raise ConfigError(f"{owner}='triton' on the CPU runs Triton's interpreter, which needs TRITON_INTERPRET=1 in "
+                          "the environment before triton is imported (slow: for tests); set it, or set "
+                          f"{owner}='on' (the compiled CPU kernel) or 'off' (the PyTorch path)")
+    raise ConfigError(f"{owner}='triton' runs on CUDA (or a CPU under Triton's interpreter), but the model is on "
+                      f"{device}; set {owner}='off' (the PyTorch path, which runs on every device)")
 
 
 def fused_op(device_type: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

@@ -1,33 +1,41 @@
-"""The FFA layer's fused CUDA kernel, written in Triton (FedFA Eq. 2, 3, 7-9; VFDA Eq. 6-7).
+"""The FFA layer's Triton kernels (FedFA Eq. 2-4, 7-9; VFDA Eq. 4, 6-7): one launch forward, one backward.
 
-:func:`fedaug.layers.functional.restyle` with ``kernel="on"``, a
-:class:`~fedaug.layers.functional.StatNoise` map and a CUDA float32/float64 tensor runs
-:func:`ffa_restyle`: the same function as the compiled CPU kernel (``csrc/ffa_restyle.cpp``, same
-arguments) and as the pure-PyTorch path, in four kernel launches per layer and training step (two
-forward, two backward) instead of ~45 small ATen kernels. The noise is an argument, drawn outside the
-kernel from the layer's generator, so the draws are the PyTorch path's.
+:mod:`fedaug.layers.triton_op` wraps them as torch operators (autograd, ``vmap``, tracing); this
+module holds the kernels and their launches. Features come grouped: ``x`` ``(G, B, C, *spatial)``, G
+clients trained at once (G = 1 for one layer), each client's ``B * C`` rows of ``N`` positions. One
+program per client and channel, grid ``(C, G)``: it holds that channel's ``B`` rows, so the batch
+statistics of Eq. 3 (over the B samples of one channel) need no second launch. Per launch:
 
-``x`` ``(B, C, *spatial)`` is viewed as ``R = B * C`` rows of ``N`` positions; one program per row:
+* forward (:func:`_ffa_forward`): the rows' statistics (Eq. 2, two passes), the coin of Alg. 2 line
+  1 and the noise of Eq. 9 (Philox, below), the channel's map (Eq. 3, 7, 9), the re-styling (Eq. 8)
+  where the coin wins and ``x`` itself where it loses, and the running statistics (Eq. 4);
+* backward (:func:`_ffa_backward`): the rows' gradient sums, the map's closed-form vector-Jacobian
+  product (documented on :class:`~fedaug.layers.functional.StatNoise`), ``dx``.
 
-* forward 1 (:func:`_row_moments`): ``mu = sum x / N``, ``sigma = sqrt(sum (x - mu)^2 / denom_n + eps)``
-  (Eq. 2; two passes over the row);
-* forward 2 (:func:`_restyle_forward`): the row's channel map (Eq. 3, 7, 9: :func:`_stat_scale`
-  reads the channel's ``B`` statistics, a few values, so no separate launch is needed), then
-  ``y = (x - mu) a + mu_hat`` with ``a = sigma_hat / sigma`` (Eq. 8);
-* backward 1 (:func:`_row_grad_sums`): ``(sum g, sum g (x - mu) / sigma)``, the gradients of
-  ``mu_hat`` and ``sigma_hat``;
-* backward 2 (:func:`_restyle_backward`): the map's closed-form vector-Jacobian product (documented
-  on :class:`~fedaug.layers.functional.StatNoise`), then ``dx = g a + k1 (x - mu) + k0``.
+Randomness (the layer's path, ``LAYER``): a client's ``seed`` and ``offset`` are int64 device tensors.
+Every program adds 1 to ``offset`` with an atomic (the launch's only write to it) and reads the old
+value, ``arrival``; forward ``f = arrival // C`` (the same for the C programs of a launch: the offset
+starts at 0 and grows by C per forward) draws from Philox counters ``(f << 32) + j``: ``j = 0`` the
+coin (``tl.rand < p``, one for the whole batch), ``j = 1 + b C + c`` the standard normal noise of
+sample ``b``, channel ``c``: the Box-Muller pair of the counter's first two outputs (as ``tl.randn``
+makes one), for the mean, then the std. So the same seed and offset (a multiple of C) give the same
+draws, no host reads a value, and a replayed CUDA graph draws anew, since its offset advanced. The
+last arrival (``arrival % C == C - 1``: every program of the client has read the client's state)
+replaces the first-batch weight by the momentum (below). The noise drawn is saved for the backward,
+which reads no state the forward changed.
 
-Nothing but ``y`` and the statistics ``z = (mu, sigma)`` ``(2, B, C)`` is written forward; the backward
-recomputes the channel map from ``z``, the noise and the multipliers. Reductions accumulate in the
-input's dtype in ``BLOCK_N`` lanes, then a tree sum: float64 agrees with the other paths to its
-rounding, float32 in the last bits (tests/layers/test_triton_ffa.py states the tolerances).
+Running statistics (Eq. 4, ``LAYER``): where the coin wins, ``running = w running + (1 - w) mean_b z``
+per channel, written by the channel's own program; ``ema`` ``(2,)`` holds ``w`` (0 for a client whose
+first batch sets them, VFDA; else the momentum) and the momentum, which replaces ``w`` after the
+first winning forward.
 
-Imported only when a CUDA layer runs with ``kernel="on"`` (:func:`fedaug.layers.kernel.triton_op`)
-or by its tests: fedaug needs ``triton`` (the ``gpu`` extra; torch's CUDA wheels ship it) for
-nothing else. The tests run these kernels on CPU tensors under Triton's interpreter
-(``TRITON_INTERPRET=1``).
+Reductions accumulate in float32 (float16, bfloat16 and float32 inputs) or float64 in
+``BLOCK_B x BLOCK_N`` tiles, then a tree sum: float64 agrees with the PyTorch path to its rounding,
+float32 in the last bits (tests/layers/test_triton_ffa.py states the tolerances).
+
+Imported only with the Triton path (:func:`fedaug.layers.kernel.triton_module`) or by its tests: fedaug
+needs ``triton`` (the ``gpu`` extra; torch's CUDA wheels ship it) for nothing else. The tests run
+these kernels on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
@@ -38,151 +46,208 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+from triton.runtime.interpreter import InterpretedFunction
 
-#: widest block of a row read at once; longer rows loop (a few warps per row).
-MAX_BLOCK = 2048
-#: narrowest block (tiny maps and batches: lanes past the row are masked).
+#: most elements of one ``BLOCK_B x BLOCK_N`` tile (longer rows loop over tiles).
+TILE = 4096
+#: narrowest tile row (tiny maps: lanes past the row are masked).
 MIN_BLOCK = 16
+#: Philox counters one forward may use (the low word of ``(f << 32) + j``): ``1 + B C`` of them.
+COUNTERS = 2**32
 
 
 @triton.jit
-def _stat_scale(z_ptr, param_ptr, k, row, R, B, C, denom_b, EXTRA: tl.constexpr, FIXED: tl.constexpr,
-                STD: tl.constexpr, BLOCK_B: tl.constexpr):
-    """For statistic ``k`` (0: mu, 1: sigma) of row ``row = b * C + c``: ``(s, coef, dev)``: the noise
-    scale ``s`` of channel ``c`` (Eq. 7, 9), ``coef = 2 ds/dv / denom_b`` and ``dev = z_row - mean_b z``
-    (0 and 0 for fixed scales, whose vector-Jacobian product is the identity)."""
-    c = row % C
-    z = tl.load(z_ptr + k * R + row)
-    mult = tl.load(param_ptr + k * C + c)
-    if FIXED:
-        s = mult
-        coef = 0.0 * mult
-        dev = 0.0 * z
+def _row_stats(x_ptr, rows, bmask, N, denom_n, EPS: tl.constexpr, ACC: tl.constexpr, BLOCK_B: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """Each row's ``mu = sum x / N`` and ``sigma = sqrt(sum (x - mu)^2 / denom_n + EPS)`` (Eq. 2, two
+    passes), ``(BLOCK_B,)`` each; rows at ``rows`` (element offsets), those past ``B`` masked."""
+    lanes = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        offs = start + lanes
+        m = bmask[:, None] & (offs < N)[None, :]
+        acc += tl.load(x_ptr + rows[:, None] + offs[None, :], mask=m, other=0.0).to(ACC)
+    mu = tl.sum(acc, axis=1) / N
+    acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        offs = start + lanes
+        m = bmask[:, None] & (offs < N)[None, :]
+        x = tl.load(x_ptr + rows[:, None] + offs[None, :], mask=m, other=0.0).to(ACC)
+        d = tl.where(m, x - mu[:, None], 0.0)
+        acc += d * d
+    return mu, tl.sqrt(tl.sum(acc, axis=1) / denom_n + EPS)
+
+
+@triton.jit
+def _param(k_ptr, at, SHIFT: tl.constexpr, CONST: tl.constexpr, CONST_PARAM: tl.constexpr, ACC: tl.constexpr):
+    """The channel's fixed scale or multiplier ``k`` (Eq. 7): ``CONST``, or ``k_ptr[at] + SHIFT``."""
+    if CONST_PARAM:
+        k = tl.full((), CONST, ACC)
     else:
-        ob = tl.arange(0, BLOCK_B)
-        zs = tl.load(z_ptr + k * R + ob * C + c, mask=ob < B, other=0.0)
-        mean = tl.sum(zs, axis=0) / B
-        d = tl.where(ob < B, zs - mean, 0.0)
-        f = mult * (tl.sum(d * d, axis=0) / denom_b + EXTRA)  # Eq. 3 then Eq. 7
+        k = tl.load(k_ptr + at).to(ACC) + SHIFT
+    return k
+
+
+@triton.jit
+def _noise_scale(z, bmask, B, denom_b, k, EXTRA: tl.constexpr, FIXED: tl.constexpr, STD: tl.constexpr):
+    """For one channel's statistic ``z`` ``(BLOCK_B,)``: ``(s, coef, dev)``: the noise scale ``s``
+    (Eq. 7, 9), ``coef = 2 ds/dv / denom_b`` and ``dev = z - mean_b z`` (0 past ``B``); fixed scales
+    (``s = k``) have coefficient 0 (their vector-Jacobian product is the identity)."""
+    mean = tl.sum(tl.where(bmask, z, 0.0), axis=0) / B
+    dev = tl.where(bmask, z - mean, 0.0)
+    if FIXED:
+        s = k
+        coef = 0.0 * k
+    else:
+        f = k * (tl.sum(dev * dev, axis=0) / denom_b + EXTRA)  # Eq. 3 then Eq. 7
         if STD:  # Eq. 9: s = sqrt(f), with sqrt's gradient at 0 taken as 0
             s = tl.where(f > 0, tl.sqrt(tl.where(f > 0, f, 1.0)), 0.0)
-            coef = tl.where(s > 0, mult / tl.where(s > 0, s * denom_b, 1.0), 0.0)
+            coef = tl.where(s > 0, k / tl.where(s > 0, s * denom_b, 1.0), 0.0)
             coef = tl.where(coef - coef == 0, coef, 0.0)  # an infinite coefficient (x - x is NaN) is 0
         else:  # VFDA Eq. 7 as printed: s = f
             s = f
-            coef = mult * 2.0 / denom_b
-        dev = z - mean
+            coef = k * 2.0 / denom_b
     return s, coef, dev
 
 
 @triton.jit
-def _resampled(z_ptr, noise_ptr, param_ptr, row, R, B, C, denom_b, EXTRA: tl.constexpr, FIXED: tl.constexpr,
-               STD: tl.constexpr, BLOCK_B: tl.constexpr):
-    """Row ``row``'s ``mu, sigma``, ``mu_hat = mu + noise_mu s_mu``, ``a = sigma_hat / sigma`` (Eq. 8-9),
-    and :func:`_stat_scale`'s ``coef, dev`` of mu, then of sigma (for the backward)."""
-    s_mu, coef_mu, dev_mu = _stat_scale(z_ptr, param_ptr, 0, row, R, B, C, denom_b, EXTRA, FIXED, STD, BLOCK_B)
-    s_sigma, coef_sigma, dev_sigma = _stat_scale(z_ptr, param_ptr, 1, row, R, B, C, denom_b, EXTRA, FIXED, STD,
-                                                 BLOCK_B)
-    mu = tl.load(z_ptr + row)
-    sigma = tl.load(z_ptr + R + row)
-    mu_hat = mu + tl.load(noise_ptr + row) * s_mu
-    sigma_hat = sigma + tl.load(noise_ptr + R + row) * s_sigma
-    return mu, sigma, mu_hat, sigma_hat / sigma, coef_mu, dev_mu, coef_sigma, dev_sigma
-
-
-@triton.jit
-def _row_moments(x_ptr, z_ptr, R, N, denom_n, EPS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``z[0, row] = mu``, ``z[1, row] = sigma`` of one row of ``x`` (Eq. 2), in two passes."""
-    row = tl.program_id(0)
-    base = row.to(tl.int64) * N
+def _ffa_forward(x_ptr, y_ptr, saved_ptr, use_ptr, noise_ptr, seed_ptr, offset_ptr, ema_ptr, mean_ptr, std_ptr,
+                 kmu_ptr, ksigma_ptr, B, C, N, p, denom_n, denom_b, EPS: tl.constexpr, EXTRA: tl.constexpr,
+                 SHIFT: tl.constexpr, CONST: tl.constexpr, CONST_PARAM: tl.constexpr, FIXED: tl.constexpr,
+                 STD: tl.constexpr, LAYER: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Channel ``c`` of client ``g``: ``y`` (Eq. 8, or ``x`` where the coin loses), ``saved[g, :, :, c]``
+    ``= (mu, sigma, noise_mu, noise_sigma)``; with ``LAYER`` the draws, ``use[g]`` and Eq. 4 (module
+    docstring), else the noise is read from ``noise[g]`` and the coin always wins."""
+    c = tl.program_id(0)
+    g = tl.program_id(1)
+    ACC: tl.constexpr = saved_ptr.dtype.element_ty
+    ob = tl.arange(0, BLOCK_B)
+    bmask = ob < B
+    rows = ((g * B + ob).to(tl.int64) * C + c) * N
+    mu, sigma = _row_stats(x_ptr, rows, bmask, N, denom_n, EPS, ACC, BLOCK_B, BLOCK_N)
+    bc = B * C
+    if LAYER:
+        seed = tl.load(seed_ptr + g)
+        weight = tl.load(ema_ptr + 2 * g).to(ACC)
+        momentum = tl.load(ema_ptr + 2 * g + 1)
+        arrival = tl.atomic_add(offset_ptr + g, 1)  # after every read of what the last arrival writes
+        base = (arrival // C) << 32
+        use = tl.rand(seed, base) < p  # Alg. 2 line 1
+        r1, r2, _, _ = tl.randint4x(seed, base + 1 + ob * C + c)
+        noise_mu, noise_sigma = tl.pair_uniform_to_normal(tl.uint_to_uniform_float(r1), tl.uint_to_uniform_float(r2))
+        noise_mu = tl.where(bmask, noise_mu.to(ACC), 0.0)
+        noise_sigma = tl.where(bmask, noise_sigma.to(ACC), 0.0)
+    else:
+        use = tl.full((), 1, tl.int1)
+        at = g * 2 * bc + ob * C + c
+        noise_mu = tl.load(noise_ptr + at, mask=bmask, other=0.0).to(ACC)
+        noise_sigma = tl.load(noise_ptr + at + bc, mask=bmask, other=0.0).to(ACC)
+    k_mu = _param(kmu_ptr, g * C + c, SHIFT, CONST, CONST_PARAM, ACC)
+    k_sigma = _param(ksigma_ptr, g * C + c, SHIFT, CONST, CONST_PARAM, ACC)
+    s_mu, _, _ = _noise_scale(mu, bmask, B, denom_b, k_mu, EXTRA, FIXED, STD)
+    s_sigma, _, _ = _noise_scale(sigma, bmask, B, denom_b, k_sigma, EXTRA, FIXED, STD)
+    mu_hat = mu + noise_mu * s_mu  # Eq. 9
+    a = (sigma + noise_sigma * s_sigma) / sigma
+    saved = g * 4 * bc + ob * C + c
+    tl.store(saved_ptr + saved, mu, mask=bmask)
+    tl.store(saved_ptr + saved + bc, sigma, mask=bmask)
+    tl.store(saved_ptr + saved + 2 * bc, noise_mu, mask=bmask)
+    tl.store(saved_ptr + saved + 3 * bc, noise_sigma, mask=bmask)
+    if LAYER:
+        tl.store(use_ptr + g, use.to(ACC), mask=c == 0)
+        mean_mu = tl.sum(tl.where(bmask, mu, 0.0), axis=0) / B
+        mean_sigma = tl.sum(tl.where(bmask, sigma, 0.0), axis=0) / B
+        old_mu = tl.load(mean_ptr + g * C + c).to(ACC)
+        old_sigma = tl.load(std_ptr + g * C + c).to(ACC)
+        tl.store(mean_ptr + g * C + c, (weight * old_mu + (1.0 - weight) * mean_mu).to(mean_ptr.dtype.element_ty),
+                 mask=use)  # Eq. 4
+        tl.store(std_ptr + g * C + c, (weight * old_sigma + (1.0 - weight) * mean_sigma).to(std_ptr.dtype.element_ty),
+                 mask=use)
+        tl.store(ema_ptr + 2 * g, momentum, mask=use & (arrival % C == C - 1))
     lanes = tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_N], dtype=z_ptr.dtype.element_ty)
     for start in range(0, N, BLOCK_N):
         offs = start + lanes
-        acc += tl.load(x_ptr + base + offs, mask=offs < N, other=0.0)
-    mu = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_N], dtype=z_ptr.dtype.element_ty)
-    for start in range(0, N, BLOCK_N):
-        offs = start + lanes
-        d = tl.where(offs < N, tl.load(x_ptr + base + offs, mask=offs < N, other=0.0) - mu, 0.0)
-        acc += d * d
-    tl.store(z_ptr + row, mu)
-    tl.store(z_ptr + R + row, tl.sqrt(tl.sum(acc, axis=0) / denom_n + EPS))
+        m = bmask[:, None] & (offs < N)[None, :]
+        ptrs = rows[:, None] + offs[None, :]
+        x = tl.load(x_ptr + ptrs, mask=m, other=0.0)
+        y = ((x.to(ACC) - mu[:, None]) * a[:, None] + mu_hat[:, None]).to(y_ptr.dtype.element_ty)  # Eq. 8
+        tl.store(y_ptr + ptrs, tl.where(use, y, x), mask=m)
 
 
 @triton.jit
-def _restyle_forward(x_ptr, y_ptr, z_ptr, noise_ptr, param_ptr, R, N, B, C, denom_b, EXTRA: tl.constexpr,
-                     FIXED: tl.constexpr, STD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr):
-    """``y = (x - mu) a + mu_hat`` on one row (Eq. 8)."""
-    row = tl.program_id(0)
-    mu, _, mu_hat, a, _, _, _, _ = _resampled(z_ptr, noise_ptr, param_ptr, row, R, B, C, denom_b, EXTRA, FIXED,
-                                              STD, BLOCK_B)
-    base = row.to(tl.int64) * N
+def _ffa_backward(g_ptr, x_ptr, saved_ptr, use_ptr, kmu_ptr, ksigma_ptr, gx_ptr, B, C, N, denom_n, denom_b,
+                  EXTRA: tl.constexpr, SHIFT: tl.constexpr, CONST: tl.constexpr, CONST_PARAM: tl.constexpr,
+                  FIXED: tl.constexpr, STD: tl.constexpr, LAYER: tl.constexpr, BLOCK_B: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """Channel ``c`` of client ``g``: ``dx = g a + k1 (x - mu) + k0`` from ``g_z = vjp(g_hat) - a g_hat``,
+    ``g_hat = (sum g, sum g (x - mu) / sigma)`` per row, ``k1 = g_z[sigma] / (sigma denom_n)``,
+    ``k0 = g_z[mu] / N``; ``dx = g`` where the forward's coin lost (``LAYER``)."""
+    c = tl.program_id(0)
+    grp = tl.program_id(1)
+    ACC: tl.constexpr = saved_ptr.dtype.element_ty
+    ob = tl.arange(0, BLOCK_B)
+    bmask = ob < B
+    rows = ((grp * B + ob).to(tl.int64) * C + c) * N
+    bc = B * C
+    saved = grp * 4 * bc + ob * C + c
+    mu = tl.load(saved_ptr + saved, mask=bmask, other=0.0)
+    sigma = tl.load(saved_ptr + saved + bc, mask=bmask, other=1.0)
+    noise_mu = tl.load(saved_ptr + saved + 2 * bc, mask=bmask, other=0.0)
+    noise_sigma = tl.load(saved_ptr + saved + 3 * bc, mask=bmask, other=0.0)
+    k_mu = _param(kmu_ptr, grp * C + c, SHIFT, CONST, CONST_PARAM, ACC)
+    k_sigma = _param(ksigma_ptr, grp * C + c, SHIFT, CONST, CONST_PARAM, ACC)
+    _, coef_mu, dev_mu = _noise_scale(mu, bmask, B, denom_b, k_mu, EXTRA, FIXED, STD)
+    s_sigma, coef_sigma, dev_sigma = _noise_scale(sigma, bmask, B, denom_b, k_sigma, EXTRA, FIXED, STD)
+    a = (sigma + noise_sigma * s_sigma) / sigma
     lanes = tl.arange(0, BLOCK_N)
+    acc0 = tl.zeros([BLOCK_B, BLOCK_N], dtype=ACC)
+    acc1 = tl.zeros([BLOCK_B, BLOCK_N], dtype=ACC)
     for start in range(0, N, BLOCK_N):
         offs = start + lanes
-        x = tl.load(x_ptr + base + offs, mask=offs < N, other=0.0)
-        tl.store(y_ptr + base + offs, (x - mu) * a + mu_hat, mask=offs < N)
-
-
-@triton.jit
-def _row_grad_sums(g_ptr, x_ptr, z_ptr, gh_ptr, R, N, BLOCK_N: tl.constexpr):
-    """``gh[0, row] = sum g`` (dL/dmu_hat), ``gh[1, row] = sum g (x - mu) / sigma`` (dL/dsigma_hat)."""
-    row = tl.program_id(0)
-    mu = tl.load(z_ptr + row)
-    base = row.to(tl.int64) * N
-    lanes = tl.arange(0, BLOCK_N)
-    acc0 = tl.zeros([BLOCK_N], dtype=z_ptr.dtype.element_ty)
-    acc1 = tl.zeros([BLOCK_N], dtype=z_ptr.dtype.element_ty)
-    for start in range(0, N, BLOCK_N):
-        offs = start + lanes
-        g = tl.load(g_ptr + base + offs, mask=offs < N, other=0.0)
-        x = tl.load(x_ptr + base + offs, mask=offs < N, other=0.0)
-        acc0 += g
-        acc1 += g * (x - mu)
-    tl.store(gh_ptr + row, tl.sum(acc0, axis=0))
-    tl.store(gh_ptr + R + row, tl.sum(acc1, axis=0) / tl.load(z_ptr + R + row))
-
-
-@triton.jit
-def _restyle_backward(g_ptr, x_ptr, z_ptr, noise_ptr, param_ptr, gh_ptr, gx_ptr, R, N, B, C, denom_b, denom_n,
-                      EXTRA: tl.constexpr, FIXED: tl.constexpr, STD: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_B: tl.constexpr):
-    """``dx = g a + k1 (x - mu) + k0`` on one row, from ``g_z = vjp(g_hat) - a g_hat``:
-    ``k1 = g_z[sigma] / (sigma denom_n)``, ``k0 = g_z[mu] / N``."""
-    row = tl.program_id(0)
-    c = row % C
-    mu, sigma, _, a, coef_mu, dev_mu, coef_sigma, dev_sigma = _resampled(
-        z_ptr, noise_ptr, param_ptr, row, R, B, C, denom_b, EXTRA, FIXED, STD, BLOCK_B)
-    gh_mu = tl.load(gh_ptr + row)
-    gh_sigma = tl.load(gh_ptr + R + row)
+        m = bmask[:, None] & (offs < N)[None, :]
+        ptrs = rows[:, None] + offs[None, :]
+        gy = tl.load(g_ptr + ptrs, mask=m, other=0.0).to(ACC)
+        x = tl.load(x_ptr + ptrs, mask=m, other=0.0).to(ACC)
+        acc0 += gy
+        acc1 += gy * tl.where(m, x - mu[:, None], 0.0)
+    gh_mu = tl.sum(acc0, axis=1)  # dL/dmu_hat
+    gh_sigma = tl.sum(acc1, axis=1) / sigma  # dL/dsigma_hat
     gz_mu = gh_mu
     gz_sigma = gh_sigma
     if not FIXED:  # the map's vector-Jacobian product: + (sum_b g_hat_b noise_b) coef dev, per statistic
-        ob = tl.arange(0, BLOCK_B)
-        at = ob * C + c
-        g_mu = tl.load(gh_ptr + at, mask=ob < B, other=0.0)
-        g_sigma = tl.load(gh_ptr + R + at, mask=ob < B, other=0.0)
-        n_mu = tl.load(noise_ptr + at, mask=ob < B, other=0.0)
-        n_sigma = tl.load(noise_ptr + R + at, mask=ob < B, other=0.0)
-        gz_mu += dev_mu * (tl.sum(g_mu * n_mu, axis=0) * coef_mu)
-        gz_sigma += dev_sigma * (tl.sum(g_sigma * n_sigma, axis=0) * coef_sigma)
+        gz_mu += dev_mu * (tl.sum(gh_mu * noise_mu, axis=0) * coef_mu)
+        gz_sigma += dev_sigma * (tl.sum(gh_sigma * noise_sigma, axis=0) * coef_sigma)
     gz_mu -= gh_mu * a  # y's own dependence on mu and sigma
     gz_sigma -= gh_sigma * a
     k1 = gz_sigma / sigma / denom_n
     k0 = gz_mu / N
-    base = row.to(tl.int64) * N
-    lanes = tl.arange(0, BLOCK_N)
+    if LAYER:
+        use = tl.load(use_ptr + grp) != 0
+    else:
+        use = tl.full((), 1, tl.int1)
     for start in range(0, N, BLOCK_N):
         offs = start + lanes
-        g = tl.load(g_ptr + base + offs, mask=offs < N, other=0.0)
-        x = tl.load(x_ptr + base + offs, mask=offs < N, other=0.0)
-        tl.store(gx_ptr + base + offs, g * a + k1 * (x - mu) + k0, mask=offs < N)
+        m = bmask[:, None] & (offs < N)[None, :]
+        ptrs = rows[:, None] + offs[None, :]
+        gy = tl.load(g_ptr + ptrs, mask=m, other=0.0)
+        x = tl.load(x_ptr + ptrs, mask=m, other=0.0).to(ACC)
+        gx = gy.to(ACC) * a[:, None] + k1[:, None] * (x - mu[:, None]) + k0[:, None]
+        tl.store(gx_ptr + ptrs, tl.where(use, gx.to(gx_ptr.dtype.element_ty), gy.to(gx_ptr.dtype.element_ty)), mask=m)
 
 
-def _block(n: int) -> int:
-    return max(MIN_BLOCK, min(triton.next_power_of_2(n), MAX_BLOCK))
+#: whether these kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` when triton was imported):
+#: CPU tensors then, CUDA tensors otherwise.
+INTERPRETED = isinstance(_ffa_forward, InterpretedFunction)
+
+
+def _blocks(b: int, n: int) -> dict[str, int | bool]:
+    """Launch options for ``b`` rows of ``n`` positions: a ``BLOCK_B x BLOCK_N`` tile of at most
+    :data:`TILE` elements (at least :data:`MIN_BLOCK` lanes a row), warps by tile size, and fused
+    multiply-adds (as ATen's CUDA kernels; Triton's default for them is changing, so it is fixed here)."""
+    block_b = triton.next_power_of_2(b)
+    block_n = max(MIN_BLOCK, min(triton.next_power_of_2(n), TILE // block_b))
+    return {"BLOCK_B": block_b, "BLOCK_N": block_n, "num_warps": max(1, min(8, block_b * block_n // 512)),
+            "enable_fp_fusion": True}
 
 
 def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
@@ -190,66 +255,66 @@ def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-class _TritonRestyle(torch.autograd.Function):
-    """``(y, z)`` of :func:`ffa_restyle` with the exact gradient w.r.t. ``x``; not twice differentiable."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, noise: Tensor, param: Tensor, fixed: bool, std_scale: bool,  # type: ignore[override]
-                correction: int, extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor]:
-        x, noise, param = x.contiguous(), noise.contiguous(), param.contiguous()
-        b, c = x.shape[:2]
-        r, n = b * c, x.numel() // (b * c)
-        denom_n = n - 1 if unbiased and n > 1 else n
-        # every launch: a few warps per row (one for short rows); fused multiply-adds (as ATen's CUDA
-        # kernels; Triton's default for them is changing, so it is fixed here)
-        rows = {"BLOCK_N": _block(n), "num_warps": max(1, min(_block(n) // 256, 8)), "enable_fp_fusion": True}
-        maps = {"denom_b": max(b - correction, 1), "EXTRA": 0.0 if fixed else extra, "FIXED": fixed,
-                "STD": std_scale, "BLOCK_B": _block(b), **rows}
-        z = x.new_empty((2, b, c))
-        y = torch.empty_like(x)
-        with _on_device(x):
-            _row_moments[(r,)](x, z, r, n, denom_n, EPS=eps, **rows)
-            _restyle_forward[(r,)](x, y, z, noise, param, r, n, b, c, **maps)
-        ctx.save_for_backward(x, z, noise, param)
-        ctx.rows, ctx.maps, ctx.denom_n = rows, maps, denom_n
-        ctx.mark_non_differentiable(z)
-        return y, z
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gy: Tensor, _gz: Tensor):  # type: ignore[override]
-        x, z, noise, param = ctx.saved_tensors
-        gy = gy.contiguous()
-        b, c = x.shape[:2]
-        r, n = b * c, x.numel() // (b * c)
-        gh = torch.empty_like(z)
-        gx = torch.empty_like(x)
-        with _on_device(x):
-            _row_grad_sums[(r,)](gy, x, z, gh, r, n, **ctx.rows)
-            _restyle_backward[(r,)](gy, x, z, noise, param, gh, gx, r, n, b, c, denom_n=ctx.denom_n, **ctx.maps)
-        return gx, None, None, None, None, None, None, None, None
+def _denoms(x: Tensor, correction: int, unbiased: bool) -> tuple[int, int, int]:
+    """``(N, denom_n, denom_b)``: positions per row and the divisors of Eq. 2's and Eq. 3's variances."""
+    b, n = x.shape[1], x[0, 0, 0].numel()
+    return n, (n - 1 if unbiased and n > 1 else n), max(b - correction, 1)
 
 
-def ffa_restyle(x: Tensor, noise: Tensor, param: Tensor, fixed: bool, std_scale: bool, correction: int,
-                extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor]:
-    """The fused FFA re-styling on a CUDA tensor (or a CPU one under ``TRITON_INTERPRET=1``).
+def _map_constants(const: float | None, shift: float, fixed: bool, std_scale: bool, extra: float) -> dict:
+    """The channel map's compile-time constants (``extra`` only where a batch variance is formed)."""
+    return {"EXTRA": 0.0 if fixed else extra, "SHIFT": shift, "CONST": 0.0 if const is None else const,
+            "CONST_PARAM": const is not None, "FIXED": fixed, "STD": std_scale}
 
-    The arguments of ``torch.ops.fedaug.ffa_restyle``, the compiled CPU kernel, and the same function.
+
+def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor | None, ema: Tensor | None,
+            running_mean: Tensor | None, running_std: Tensor | None, k_mu: Tensor | None, k_sigma: Tensor | None, *,
+            p: float, const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int,
+            extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Launch :func:`_ffa_forward` once for a group of clients.
 
     Args:
-        x: features ``(B, C, *spatial)``, float32 or float64; not modified.
-        noise: ``(2, B, C)`` standard normal draws (means, then stds), ``x``'s dtype and device.
-        param: ``(2, C)``: the fixed noise scales (``fixed``) or the multipliers ``k`` of the batch
-            variances (Eq. 7), ``x``'s dtype and device.
-        fixed: ``param`` holds fixed scales (FedFA-R).
-        std_scale: the noise scale is ``sqrt(k v)`` (FedFA Eq. 9), else ``k v`` (VFDA Eq. 7 as printed).
-        correction: 1 for the unbiased batch variance, 0 for ``1/B`` (ignored for ``B = 1``).
-        extra: added to the batch variances.
-        eps: added to the spatial variance before the square root.
-        unbiased: spatial variance over ``N - 1`` positions instead of ``N``.
+        x: ``(G, B, C, *spatial)`` contiguous, floating point; not modified.
+        noise: ``(G, 2, B, C)`` standard normal draws, or ``None``: the layer's path, which draws them
+            (with ``seed``, ``offset``, ``ema``, ``running_mean``, ``running_std``, all given).
+        seed: ``(G,)`` int64. offset: ``(G,)`` int64, each advanced by ``C`` in place.
+        ema: ``(G, 2)``: the weight of the old running statistic in the next update, and the momentum;
+            the weight becomes the momentum in place after a winning forward.
+        running_mean, running_std: ``(G, C)``, updated in place where the coin wins (Eq. 4).
+        k_mu, k_sigma: ``(G, C)`` per-channel scales (``fixed``) or multipliers (Eq. 7), to which
+            ``shift`` is added; ``None`` with ``const``: that value for every channel.
+        p: the coin's probability (the layer's path). const, shift, fixed, std_scale, correction,
+            extra, eps, unbiased: the map (:func:`fedaug.layers.triton_op.ffa_restyle`).
 
     Returns:
-        ``(y, z)``: ``y`` like ``x``, differentiable w.r.t. ``x`` (once); ``z`` ``(2, B, C)`` the
-        statistics ``(mu, sigma)`` (Eq. 2), not differentiable.
+        ``(y, saved, use)``: ``y`` like ``x``; ``saved`` ``(G, 4, B, C)`` (mu, sigma, noise_mu,
+        noise_sigma), float64 for float64 ``x``, else float32; ``use`` ``(G,)`` in that dtype, 1 where
+        the coin won (ones without the layer's path).
     """
-    return _TritonRestyle.apply(x, noise, param, fixed, std_scale, correction, extra, eps, unbiased)
+    g, b, c = x.shape[:3]
+    n, denom_n, denom_b = _denoms(x, correction, unbiased)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    layer = noise is None
+    y = torch.empty_like(x)
+    saved = x.new_empty((g, 4, b, c), dtype=acc)
+    use = x.new_empty((g,), dtype=acc) if layer else x.new_ones((g,), dtype=acc)
+    with _on_device(x):
+        _ffa_forward[(c, g)](x, y, saved, use, x if layer else noise, *(x if t is None else t for t in (
+            seed, offset, ema, running_mean, running_std, k_mu, k_sigma)), b, c, n, float(p), denom_n, denom_b,
+            EPS=eps, LAYER=layer, **_map_constants(const, shift, fixed, std_scale, extra), **_blocks(b, n))
+    return y, saved, use
+
+
+def backward(grad: Tensor, x: Tensor, saved: Tensor, use: Tensor, k_mu: Tensor | None, k_sigma: Tensor | None, *,
+             const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int, extra: float,
+             unbiased: bool, layer: bool) -> Tensor:
+    """Launch :func:`_ffa_backward` once: ``dL/dx`` like ``x`` from ``grad`` ``(G, B, C, *spatial)``
+    (contiguous) and what :func:`forward` returned; arguments as there."""
+    g, b, c = x.shape[:3]
+    n, denom_n, denom_b = _denoms(x, correction, unbiased)
+    gx = torch.empty_like(x)
+    with _on_device(x):
+        _ffa_backward[(c, g)](grad, x, saved, use, x if k_mu is None else k_mu, x if k_sigma is None else k_sigma,
+                              gx, b, c, n, denom_n, denom_b, LAYER=layer,
+                              **_map_constants(const, shift, fixed, std_scale, extra), **_blocks(b, n))
+    return gx

@@ -145,14 +145,14 @@ def test_options_are_validated():
 @pytest.mark.parametrize("aug", ["fedfa", "vfda"])
 def test_kernel_option_is_validated_with_the_choices(aug):
     cls = METHODS.get(aug)
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'fast'"):
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got 'fast'"):
         cls(kernel="fast")
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got 'auto': 'auto' \(the kernel "
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got 'auto': 'auto' \(the kernel "
                                           r"when it builds\) made a run's numbers depend on the machine"):
         cls(kernel="auto")
     raw = tiny_raw()
     raw["method"] = {"base": "fedavg", "augs": [aug], "options": {aug: {"kernel": True}}}
-    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, got True"):
+    with pytest.raises(ConfigError, match=rf"{aug}\.kernel must be one of off, on, triton, got True"):
         build_simulation(validate(raw))
 
 
@@ -217,8 +217,9 @@ def test_kernel_on_a_cuda_model_without_triton_fails_before_training_with_the_fi
     is a CPU one that claims to be on CUDA, so that this runs without a GPU: setup stops before using it)."""
     monkeypatch.setattr(featstats, "module_device", lambda m: torch.device("cuda"))
     monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
-    monkeypatch.delitem(sys.modules, "fedaug.layers.triton_ffa", raising=False)
-    monkeypatch.delattr(fedaug.layers, "triton_ffa", raising=False)
+    for name in ("triton_ffa", "triton_op"):
+        monkeypatch.delitem(sys.modules, f"fedaug.layers.{name}", raising=False)
+        monkeypatch.delattr(fedaug.layers, name, raising=False)
     with pytest.raises(kernel.KernelBuildError, match=r"the CUDA FFA kernel is written in Triton.*pip install "
                                                       r"'fedaug\[gpu\]'"):
         FedFA(kernel="on").setup(model(), (1, 8, 8))
@@ -259,6 +260,38 @@ def test_engine_runs_are_deterministic_and_order_free(options):
     ea, eb = a.evaluate(), b.evaluate()
     assert ea["mean"] == eb["mean"]
     assert all(np.isfinite(m["loss"]) for m in ra["train"]["clients"].values())
+
+
+def test_kernel_triton_runs_are_deterministic_and_order_free():
+    """``method.options.fedfa.kernel=triton`` end to end (Triton's interpreter on the CPU, so two 2-channel
+    layers, 2 rounds of 2 clients x 1 step; VFDA's Triton runs: tests/engine/test_grouped.py): every layer
+    of every client draws in the kernel from its own seed (one draw from the client's ``ffa`` stream), so
+    two runs, one with the clients in reverse order, give the same records, evaluation and server state
+    bit for bit."""
+    pytest.importorskip("triton", reason="kernel='triton' needs triton: pip install -e '.[gpu]'")
+
+    def run(order):
+        raw = tiny_raw(rounds=2, local_steps=1)
+        raw["data"]["options"]["num_clients"] = 2
+        raw["model"]["options"]["width"] = 2
+        raw["method"] = {"base": "fedavg", "augs": ["fedfa"],
+                         "options": {"fedfa": {"kernel": "triton", "at": ["block2", "block3"]}}}
+        s = build_simulation(validate(raw))
+        s.order = order
+        records = []
+        for r in (1, 2):
+            record = s.run_round(r)
+            record.pop("time")
+            records.append(record)
+        return records, s.evaluate(), s
+
+    (ra, ea, a), (rb, eb, b) = run(lambda ids: ids), run(lambda ids: ids[::-1])
+    assert ra == rb and ea == eb
+    assert all(torch.equal(a.server["fedavg"]["weights"][k], v) for k, v in b.server["fedavg"]["weights"].items())
+    layers = a.recipe.components[1].layers
+    assert {layer.offset.item() for layer in layers.values()} == {2}  # the last client's forward, C = 2
+    assert len({layer.seed.item() for layer in layers.values()}) == 2  # a stream per layer
+    assert all(np.isfinite(m["loss"]) for m in ra[-1]["train"]["clients"].values())
 
 
 @pytest.mark.parametrize("aug", ["fedfa", "vfda"])

@@ -25,7 +25,7 @@ from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.layers import kernel as compiled
 from fedaug.layers.kernel import KernelMode
 from fedaug.layers.attach import AttachHandle, attach, stage_channels
-from fedaug.layers.ffa import Drawn, FFALayer
+from fedaug.layers.ffa import Drawn, FFALayer, KernelState
 from fedaug.layers.functional import client_sharing_variance
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import (DEFAULT_STATS_BETA, attach_points, check_at, check_choice, check_dp, check_noise,
@@ -40,7 +40,10 @@ from fedaug.privacy.release import GaussianRelease
 #: the uplink quantities of every layer: the client's running statistics (Eq. 4).
 RUNNING = ("running_mean", "running_std")
 #: a layer's per-client state in a grouped step (:class:`~fedaug.layers.ffa.Drawn`).
+#: a layer's per-client state in a step on the PyTorch path (:class:`~fedaug.layers.ffa.Drawn`)
 LAYER_STATE = ("running_mean", "running_std", "shared_mu", "shared_sigma", "update_weights", "momentum_weights")
+#: and on the Triton path, where the kernel draws and keeps the first-batch weight (:class:`~fedaug.layers.ffa.KernelState`)
+KERNEL_STATE = ("running_mean", "running_std", "shared_mu", "shared_sigma", "seed", "offset", "ema")
 #: the layers' computation paths (option ``kernel``): the pure-PyTorch path, the device's fused kernel.
 KERNEL_MODES = compiled.MODES
 
@@ -67,10 +70,14 @@ class FeatureStatsAug(Component, abc.ABC):
         kernel: the layers' computation path: ``"off"`` (default), the pure-PyTorch path, whose
             numbers are the same on every machine; ``"on"``, the device's fused kernel
             (:mod:`fedaug.layers.kernel`): on the CPU the compiled C++ kernel (faster on small maps,
-            needs a C++ compiler, built at setup, before training), on CUDA the Triton kernel
-            (needs ``triton``, imported at setup); float32 results that differ from ``"off"`` in
-            the last bits (enough to move a 30-round run by points, docs/fedfa.md) and may differ
-            between CPU or GPU models; a model on another device is refused at setup.
+            needs a C++ compiler, built at setup, before training; float32 results that differ
+            from ``"off"`` in the last bits, enough to move a 30-round run by points, docs/fedfa.md),
+            on CUDA the Triton path (needs ``triton``, imported at setup): the kernel draws the coin
+            and noise itself from a per-client seed (one draw from the client's ``ffa`` stream at
+            :meth:`receive`) and updates the running statistics, with no host synchronisation,
+            so it trains grouped and can be captured; ``"triton"``, the Triton path on any device
+            (a CPU runs Triton's interpreter, ``TRITON_INTERPRET=1``: for tests). Results may
+            differ between CPU or GPU models; a model on another device is refused at setup.
             Recorded in every run's config (:mod:`fedaug.methods.recorded`).
         stats_rule: how the server combines the clients' statistics across clients (Eq. 5):
             ``"mean"`` (the papers: their variance), ``"median"`` or ``"trimmed_mean"`` (a robust
@@ -110,6 +117,7 @@ class FeatureStatsAug(Component, abc.ABC):
         self.double_backward = self.kernel == "off"  # the fused kernels' gradients are not differentiable
         self.stats_rule, self.stats_beta = check_stats_rule(self.name, stats_rule, stats_beta)
         self.handle: AttachHandle | None = None
+        self._device: torch.device | None = None
 
     def declare_releases(self) -> None:
         """Set :attr:`releases` once the subclass has fixed :attr:`up_keys` (end of its ``__init__``):
@@ -168,6 +176,13 @@ class FeatureStatsAug(Component, abc.ABC):
         return attach_points(self.name, self.at, model)
 
     @property
+    def triton_path(self) -> bool:
+        """Whether the layers take the Triton path (:func:`fedaug.layers.kernel.uses_triton`): ``kernel =
+        "triton"``, or ``"on"`` on a CUDA model (known after :meth:`setup`; before it, ``"on"`` counts as
+        the CPU's compiled kernel)."""
+        return self._device is not None and compiled.uses_triton(self.kernel, self._device)
+
+    @property
     def layers(self) -> dict[str, FFALayer]:
         """Attached layers by module name (empty before :meth:`setup`)."""
         return dict(self.handle.layers) if self.handle is not None else {}  # type: ignore[arg-type]
@@ -177,7 +192,8 @@ class FeatureStatsAug(Component, abc.ABC):
         """Attach one layer per attach point, sized by a dry forward pass of a zero ``(2, *input_shape)`` input.
 
         With ``kernel = "on"`` the device's fused kernel is built (CPU) or imported (CUDA: triton)
-        here, so a machine without a compiler or triton fails before training."""
+        here, and ``"triton"`` is checked against the device (:func:`~fedaug.layers.kernel.check_triton_device`),
+        so a machine without a compiler or triton, or a CPU without Triton's interpreter, fails before training."""
         device = module_device(model)
         if self.kernel == "on":
             if device.type not in compiled.FUSED_DEVICES:
@@ -185,6 +201,9 @@ class FeatureStatsAug(Component, abc.ABC):
                                   f"{' and '.join(compiled.FUSED_DEVICES)} models, but the model is on {device}; "
                                   f"set {self.name}.kernel='off' (the PyTorch path, which runs on every device)")
             compiled.fused_op(device.type)
+        elif self.kernel == "triton":
+            compiled.check_triton_device(device, f"{self.name}.kernel")
+        self._device = device
         names = self.names(model)
         reached = stage_channels(model, torch.zeros(2, *input_shape, device=device), names, call_order=True)
         self.handle = attach(model, {n: self.make_layer(reached[n]) for n in names}, owner=self.name)
@@ -192,7 +211,12 @@ class FeatureStatsAug(Component, abc.ABC):
         self.call_order = list(reached)
 
     def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        """Configure every layer for the client (:meth:`configure_layer`); the layers draw from the
+        client's ``ffa`` stream (:attr:`purpose`): on the Triton path each gets its seed from one draw of
+        that stream (one int64 per layer, in call order, on the device) and its offset reset."""
         g = ctx.rng(self.purpose)
+        seeds = dict(zip(self.call_order, torch.randint(2**63 - 1, (len(self.call_order),), generator=g,
+                                                        device=g.device))) if self.triton_path else {}
         for name, layer in self.layers.items():
             down = {k: part[f"{name}.{k}"] for k in self.down_keys}
             sizes = {t.numel() for t in down.values()}
@@ -202,6 +226,8 @@ class FeatureStatsAug(Component, abc.ABC):
                     f"quantity (or 0 before the first aggregation), got {sorted(t.numel() for t in down.values())}"
                 )
             layer.generator = g
+            if seeds:
+                layer.set_stream(seeds[name])
             self.configure_layer(ctx, name, layer, down if sizes == {layer.num_channels} else {}, state)
 
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
@@ -215,25 +241,35 @@ class FeatureStatsAug(Component, abc.ABC):
 
     # --- the step forms (fedaug.engine.client.step: eager, grouped and captured training) ------
     def group_blocker(self) -> str:
-        """Nothing: the layers' draws are made before each step and their state is the step's tensors (under
-        ``vmap`` the layers take the pure-PyTorch autograd path, whatever ``kernel`` says)."""
+        """Nothing: the layers' draws are made before each step (the Triton kernel draws itself) and their state
+        is the step's tensors. Under ``vmap`` the Triton path runs its batched launch; the others take the
+        pure-PyTorch autograd path (the compiled CPU kernel has no batched form)."""
         return ""
 
     def group_capture(self, ctx: ClientCtx) -> State:
-        """Each layer's running statistics and server quantities as :meth:`receive` set them ``(C,)``."""
-        return {n: {k: getattr(layer, k).detach().clone() for k in LAYER_STATE} for n, layer in self.layers.items()}
+        """Each layer's running statistics and server quantities as :meth:`receive` set them ``(C,)``;
+        on the Triton path also its seed, offset and first-batch weight (:data:`KERNEL_STATE`)."""
+        keys = KERNEL_STATE if self.triton_path else LAYER_STATE
+        return {n: {k: getattr(layer, k).detach().clone() for k in keys} for n, layer in self.layers.items()}
 
     def group_inputs(self, ctx: ClientCtx, batch_size: int) -> State:
         """Each layer's coin and noise of one forward (:meth:`~fedaug.layers.ffa.FFALayer.draw`), from
-        the client's stream, in the order the forward runs the layers (as the layers draw them)."""
+        the client's stream, in the order the forward runs the layers (as the layers draw them); nothing
+        on the Triton path, whose kernel draws from the captured seed and offset."""
+        if self.triton_path:
+            return {}
         g, layers = ctx.rng(self.purpose), self.layers
         return {n: dict(zip(("use", "noise"), layers[n].draw(batch_size, g))) for n in self.call_order}
 
     @contextlib.contextmanager
     def group_forward(self, captured: State, inputs: State) -> Iterator[None]:
-        """The layers run on one client's draws and state (:class:`~fedaug.layers.ffa.Drawn`)."""
+        """The layers run on one client's draws and state (:class:`~fedaug.layers.ffa.Drawn`), or on the
+        Triton path on its state alone (:class:`~fedaug.layers.ffa.KernelState`)."""
         layers = self.layers
         try:
+            if self.triton_path:
+                for n, kept in captured.items():
+                    layers[n].drawn = KernelState(**kept)
             for n, drawn in inputs.items():
                 layers[n].drawn = Drawn(drawn["use"], drawn["noise"], **captured[n])
             yield
@@ -245,8 +281,8 @@ class FeatureStatsAug(Component, abc.ABC):
         """The client's layers as training left them (their running statistics, Eq. 4)."""
         with torch.no_grad():
             for n, layer in self.layers.items():
-                for k in LAYER_STATE:
-                    getattr(layer, k).copy_(captured[n][k])
+                for k, v in captured[n].items():
+                    getattr(layer, k).copy_(v)
 
     def privatize(self, up: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
         """The client-level Gaussian mechanism on the upload: clip every ``(C,)`` statistic together

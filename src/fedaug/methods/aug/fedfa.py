@@ -65,8 +65,8 @@ class FedFA(FeatureStatsAug):
         dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
             vector to C, noise ``z C``; default off), see
             :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
-        kernel: ``"off"`` (default, the pure-PyTorch path) or ``"on"`` (the device's fused kernel);
-            see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
+        kernel: ``"off"`` (default, the pure-PyTorch path), ``"on"`` (the device's fused kernel) or
+            ``"triton"`` (the Triton path); see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
             cross-client variance of Eq. 5 as a robust spread
             (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`); not with
