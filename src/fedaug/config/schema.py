@@ -130,7 +130,8 @@ class TrustConfig:
 
 
 #: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.attack`)
-ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "fill", "nan", "inf", "label_flip", "stats", "features")
+ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "free_ride", "fill", "nan", "inf", "label_flip", "stats",
+                "features")
 #: the kinds that read ``attack.scale``, and ``attack.std``
 SCALED_KINDS, NOISE_KINDS = ("scale", "fill", "stats", "features"), ("gaussian",)
 
@@ -149,7 +150,8 @@ class AttackConfig:
     std: float = opt(None, "gaussian: std of the noise update per coordinate (default 1)", lo=0.0, lo_open=True,
                      nullable=True)
     parts: list[str] = opt([], "component names whose parts the attack changes (default: the server rule's for "
-                               "sign_flip, scale, gaussian, nan, inf; every other component's for stats, features)")
+                               "sign_flip, scale, gaussian, free_ride, fill, nan, inf; every other component's for "
+                               "stats, features)")
 
 
 @dataclass
