@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedaug.cli.main import main as cli
-from fedaug.config.load import dump_toml
+from fedaug.config.load import dump_toml, load_config
 from fedaug.config.schema import SCREEN_MULTIPLE, TrustConfig, validate
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.engine.exchange import PhaseResult
@@ -323,17 +323,18 @@ def test_clipped_in_bound_uploads_keep_the_federation_going_at_the_honest_update
 
 
 class PoisonRound:
-    """The in-process fleet, except that client 1 sends 5e5 in every weight in round ``r`` only."""
+    """The in-process fleet, except that in round ``r`` only client 1 sends ``value`` in every floating
+    entry of part ``part`` whose name starts with ``prefix``."""
 
-    def __init__(self, fleet, r: int) -> None:
-        self.fleet, self.r = fleet, r
+    def __init__(self, fleet, r: int, value: float = 5e5, part: str = "fedavg", prefix: str = "") -> None:
+        self.fleet, self.r, self.value, self.part, self.prefix = fleet, r, value, part, prefix
 
     def run(self, phase, r, lr, client_ids, message):
         for cid, reply in self.fleet.run(phase, r, lr, client_ids, message):
             if phase == "train" and r == self.r and cid == 1:
-                part = {k: torch.full_like(t, 5e5) if t.is_floating_point() else t
-                        for k, t in reply.message["fedavg"].items()}
-                reply = Reply({**reply.message, "fedavg": part}, reply.metrics, reply.state)
+                part = {k: torch.full_like(t, self.value) if t.is_floating_point() and k.startswith(self.prefix) else t
+                        for k, t in reply.message[self.part].items()}
+                reply = Reply({**reply.message, self.part: part}, reply.metrics, reply.state)
             yield cid, reply
 
     def __getattr__(self, name):
@@ -443,3 +444,95 @@ def test_the_update_norms_of_an_honest_round_are_far_under_the_default_limit():
     for kind, norms in rec["updates"]["norm"]["fedavg"].items():
         assert max(norms.values()) / rec["updates"]["median"]["fedavg"][kind] < SCREEN_MULTIPLE / 5
         assert all(math.isfinite(n) and n > 0 for n in norms.values())
+
+
+# --- the rounds of issue 48, as a new user meets them ---------------------------------------------
+#: the issue's commands: the digits4 preset (small_cnn, SGD with momentum) on a small synthetic federation
+ISSUE = ["data.name=synthetic", "threads=1", "train.rounds=3", "train.local_steps=2", "train.batch_size=16",
+         "train.lr=0.05"]
+
+
+def issue_overrides(num_clients: int, *extra: str) -> list[str]:
+    return [*ISSUE, f"data.options={{num_clients={num_clients}, samples_per_client=64, size=28}}", *extra]
+
+
+def issue_rounds(num_clients: int, *extra: str) -> list[dict]:
+    sim = build_simulation(load_config("digits4", issue_overrides(num_clients, *extra))[0])
+    return [sim.run_round(r) for r in (1, 2, 3)]
+
+
+def test_two_free_riders_of_three_neither_crash_the_server_nor_get_the_honest_client_rejected(tmp_path, capsys):
+    """Issue 48, 1: the command ended with ``ZeroDivisionError`` (rc 1); the median is 0, so there is no limit."""
+    argv = ["run", "digits4", *issue_overrides(3, "model.name=mlp", "attack.kind=scale", "attack.scale=0",
+                                                "attack.clients=[0,1]"), f"out_dir={tmp_path}", "-q"]
+    assert cli(argv) == 0
+    capsys.readouterr()
+    (run_dir,) = tmp_path.iterdir()
+    records = RunDir(run_dir).rounds()
+    assert [rec["round"] for rec in records] == [1, 2, 3]
+    for rec in records:
+        norms = rec["updates"]["norm"]["fedavg"]["parameters"]
+        assert rec["rejected"] == [] and sorted(rec["train"]["clients"]) == ["0", "1", "2"]
+        assert norms["0"] == norms["1"] == 0.0 < norms["2"] and rec["updates"]["limit"]["fedavg"] == {"parameters": None}
+    clip = build_simulation(load_config("digits4", issue_overrides(3, "model.name=mlp", "attack.kind=free_ride",
+                                                                   "attack.clients=[0,1]", "trust.screen=clip"))[0])
+    rec = clip.run_round(1)  # clipping to a median of 0 raised ValueError (check_bound) before
+    assert rec["rejected"] == [] and "clipped" not in rec["updates"]
+
+
+def test_with_two_clients_the_smaller_update_never_decides_who_is_honest():
+    """Issue 48, 2: the honest client's update (0.2) was rejected in every round as 16-24 times the
+    attacker's 0.01; with two uploads the median is the larger and nothing is screened."""
+    for rec in issue_rounds(2, "model.name=mlp", "attack.kind=scale", "attack.scale=0.05", "attack.clients=[0]"):
+        norms = rec["updates"]["norm"]["fedavg"]["parameters"]
+        assert rec["rejected"] == [] and sorted(rec["train"]["clients"]) == ["0", "1"]
+        assert norms["0"] < 0.1 * norms["1"] and rec["updates"]["median"]["fedavg"]["parameters"] == norms["1"]
+
+
+def test_a_boosted_parameter_update_is_measured_at_its_boost_beside_batchnorm_statistics():
+    """Issue 48, 3: x10 was measured 2 x the median (4.18 against 2.06) because BatchNorm's running
+    statistics, left as trained, made up most of the norm; per kind, the parameters' update is about 10 x
+    the round's (12, 11.6, 10.6 here: 10 times the attacker's own update over the larger honest one) and
+    the default limit (10 x) rejects it in each round; its statistics are an honest client's."""
+    for rec in issue_rounds(3, "model.name=small_cnn", "attack.kind=scale", "attack.scale=10", "attack.clients=[0]"):
+        u = rec["updates"]
+        ratio = u["norm"]["fedavg"]["parameters"]["0"] / u["median"]["fedavg"]["parameters"]
+        assert 9.0 < ratio < 13.0 and u["norm"]["fedavg"]["statistics"]["0"] <= 1.1 * u["median"]["fedavg"]["statistics"]
+        assert [x["client"] for x in rec["rejected"]] == [0] and "parameters: update norm" in rec["rejected"][0]["reason"]
+
+
+@pytest.mark.parametrize("attack, statistics_moved", [(["attack.kind=scale", "attack.scale=0"], True),
+                                                       (["attack.kind=free_ride"], False)])
+def test_a_free_rider_shows_a_zero_parameter_update(attack, statistics_moved):
+    """Issue 48, 3: the x0 'free-rider' showed a norm of 2.02, its BatchNorm statistics' movement; its
+    parameter update is 0, and ``free_ride`` sends the statistics back unchanged too."""
+    sim = build_simulation(load_config("digits4", issue_overrides(3, "model.name=small_cnn", "attack.clients=[0]",
+                                                                  *attack))[0])
+    rec = sim.run_round(1)
+    norms = rec["updates"]["norm"]["fedavg"]
+    assert norms["parameters"]["0"] == 0.0 and (norms["statistics"]["0"] > 1.0) == statistics_moved
+    assert rec["rejected"] == []
+
+
+@pytest.mark.parametrize("screen, rejected", [("reject", [1]), ("off", [])])
+def test_scaffolds_control_variates_are_screened_as_their_own_kind(screen, rejected):
+    """Issue 48, 4: SCAFFOLD's control-variate changes (``dc/*``) have no counterpart in the downlink, so
+    they were outside the norm, and an in-bound attack on them alone fed the server's variate ``c``
+    unscreened; they are measured by their own norm, as the kind ``control``."""
+    raw = tiny_raw(**LEARNS)
+    raw["method"] = {"base": "scaffold"}
+    raw["trust"] = {"screen": screen}
+    sim = build_simulation(validate(raw))
+    sim.fleet = PoisonRound(sim.fleet, 1, value=1e3, part="scaffold", prefix="dc/")
+    rec = sim.run_round(1)
+    assert [x["client"] for x in rec["rejected"]] == rejected
+    u = rec["updates"]
+    assert u["norm"]["scaffold"]["control"]["1"] > 1e3 * u["median"]["scaffold"]["control"]
+    assert u["norm"]["scaffold"]["parameters"]["1"] <= 1.5 * u["median"]["scaffold"]["parameters"]  # as trained
+    largest = max(float(c.abs().max()) for c in sim.server["scaffold"]["control"].values())
+    if rejected:
+        assert re.fullmatch(r"round 1: uplink of client 1, part 'scaffold', control: update norm \S+ is \S+ times the "
+                            r"round's median \S+, over trust.screen_multiple=10 \(limit \S+\)", rec["rejected"][0]["reason"])
+        assert largest < 10.0
+    else:  # accepted, it moves c by 1e3 / N in every coordinate
+        assert largest > 300.0
