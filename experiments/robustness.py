@@ -11,7 +11,7 @@ Usage::
     .venv/bin/python experiments/robustness.py run --only "Digits-4 | fedavg | sign_flip | 1" --methods FedAvg \\
         --seeds 0                                                                  # one cell
 
-The cells are four ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
+The cells are ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
 per cell): ``robustness`` (every method; no attack and the kinds that hit the server rule's part or
 the data: sign_flip, scale, gaussian, nan, inf, label_flip), ``robustness-stats`` (FedFA and FedFA
 with median statistics under poisoned statistics), ``robustness-features`` (FedFA and FLea under
@@ -35,6 +35,14 @@ seeds: 828 + 96 + 96 + 24 + 36 = 1,080 runs, about 6 s (Digits-4) and 15-25 s (F
 thread, so about 2 h with ``--jobs 2`` on an idle 2-core machine. The
 first budget (28x28, width 32, 10 steps of 32) measured about 3 min per cell per job, 26 h for the
 grid, and FLea's distance correlation alone cost 180 ms a step before it used a Gram matrix.
+
+The update screening's edge cases (issue 48, :data:`SCREEN_GRID`, its own two tables): tiny synthetic
+federations of 2, 3 and 8 clients, FedAvg under ``trust.screen`` reject (at 10 and 5 times the median),
+clip and off, and each robust rule alone, against one free-rider, a majority of free-riders, one
+update boosted x3 and x10 (parameters only) and one update scaled by 0.05; 342 runs of about 4 s on one
+thread, 24 min with ``--jobs 1`` on the shared 2-core machine (beside other engineers' jobs)::
+
+    nice -n 10 .venv/bin/python experiments/robustness.py run --grids robustness-screen --jobs 1
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""Training uploads judged against the round (issue 41): every upload's update norm is recorded; one
-far over the round's median is rejected with its reason (or clipped); a state no client can train
-from is not a dead end (``train.on_empty_round``, ``fedaug resume --from-round``)."""
+"""Training uploads judged against the round (issues 41 and 48): every upload's update norm is recorded
+per part and kind; one far over the round's median of a kind is rejected with its reason (or clipped);
+the rule is defined for every round (zeros, ties, one or two uploads) and never screens an honest
+majority; a state no client can train from is not a dead end (``train.on_empty_round``, ``fedaug
+resume --from-round``)."""
 
 from __future__ import annotations
 
