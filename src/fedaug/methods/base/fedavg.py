@@ -48,7 +48,8 @@ def entry_kinds(model: nn.Module) -> dict[str, str]:
     """The kind (:data:`~fedaug.core.payload.KINDS`) of each of ``model``'s ``state_dict`` entries, as the
     update screening measures them apart: ``"parameters"`` for its parameters, ``"statistics"`` for its
     buffers (BatchNorm's running means and variances, which the forward pass accumulates)."""
-    return {**{k: "statistics" for k, _ in model.named_buffers()}, **{k: "parameters" for k, _ in model.named_parameters()}}
+    kinds = {k: "statistics" for k, _ in model.named_buffers()}
+    return {**kinds, **{k: "parameters" for k, _ in model.named_parameters()}}
 
 
 def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
