@@ -11,7 +11,7 @@ Usage::
     .venv/bin/python experiments/robustness.py run --only "Digits-4 | fedavg | sign_flip | 1" --methods FedAvg \\
         --seeds 0                                                                  # one cell
 
-The cells are four ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
+The cells are ``fedaug compare`` grids under ``--out`` (resumable, parallel, one run directory
 per cell): ``robustness`` (every method; no attack and the kinds that hit the server rule's part or
 the data: sign_flip, scale, gaussian, nan, inf, label_flip), ``robustness-stats`` (FedFA and FedFA
 with median statistics under poisoned statistics), ``robustness-features`` (FedFA and FLea under
@@ -35,6 +35,14 @@ seeds: 828 + 96 + 96 + 24 + 36 = 1,080 runs, about 6 s (Digits-4) and 15-25 s (F
 thread, so about 2 h with ``--jobs 2`` on an idle 2-core machine. The
 first budget (28x28, width 32, 10 steps of 32) measured about 3 min per cell per job, 26 h for the
 grid, and FLea's distance correlation alone cost 180 ms a step before it used a Gram matrix.
+
+The update screening's edge cases (issue 48, :data:`SCREEN_GRID`, its own two tables): tiny synthetic
+federations of 2, 3 and 8 clients, FedAvg under ``trust.screen`` reject (at 10 and 5 times the median),
+clip and off, and each robust rule alone, against one free-rider, a majority of free-riders, one
+update boosted x3 and x10 (parameters only) and one update scaled by 0.05; 342 runs of about 4 s on one
+thread, 24 min with ``--jobs 1`` on the shared 2-core machine (beside other engineers' jobs)::
+
+    nice -n 10 .venv/bin/python experiments/robustness.py run --grids robustness-screen --jobs 1
 """
 
 from __future__ import annotations
@@ -48,9 +56,10 @@ from typing import Any
 
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import atomic_write_json, atomic_write_text
+from fedaug.engine.records.rundir import RunDir
 from fedaug.report.grid import GridSpec, parse_grid
 from fedaug.report.results import load_grid_results, summarize
-from fedaug.report.runner import CellError, run_grid, write_grid_file
+from fedaug.report.runner import CellError, cell_dir, find_run, run_grid, write_grid_file
 
 NUM_CLIENTS = 8
 DATASETS: dict[str, dict[str, Any]] = {
@@ -112,6 +121,63 @@ DIRECT_GRID = "robustness-stats-direct"
 INBOUND_GRID = "robustness-inbound"
 INBOUND_RULES: dict[str, list[str]] = {"off": ["fedavg", "median", "trimmed_mean", "krum"],
                                        "reject": ["fedavg"], "clip": ["fedavg"]}
+#: the update screening's edge cases (issue 48): free-riders, boosted and small parameter updates on
+#: tiny synthetic federations of 2, 3 and 8 clients (48 samples each, 4 classes, 8x8; small_cnn at width 8,
+#: 8 rounds of 4 local steps), FedAvg under each ``trust.screen`` and each robust rule alone (screening
+#: off); tabulated apart by :func:`screen_table` and :func:`screen_decisions`
+SCREEN_GRID = "robustness-screen"
+SCREEN_SIZES = (2, 3, 8)
+SCREEN_RUNS = {"model": {"options": {"width": 8}}, "eval": {"every": 8}, "checkpoint_every": 8,
+               "train": {"rounds": 8, "local_steps": 4, "lr": 0.05}}
+#: the screening grid's columns: label -> (server rule, [trust]); the robust rules alone (screening off)
+SCREEN_COLUMNS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fedavg, reject": ("fedavg", {"screen": "reject"}),
+    "fedavg, reject at 5 x": ("fedavg", {"screen": "reject", "screen_multiple": 5.0}),
+    "fedavg, clip": ("fedavg", {"screen": "clip"}), "fedavg, off": ("fedavg", {"screen": "off"}),
+    **{rule: (rule, {"screen": "off"}) for rule in ("median", "trimmed_mean", "krum")}}
+#: attack label -> [attack] (``"clients": None``: a majority, the first ``floor(N/2) + 1`` ids; none of 2)
+SCREEN_ATTACKS: dict[str, dict[str, Any]] = {
+    "none": {"kind": "none"}, "free-rider": {"kind": "free_ride", "clients": [0]},
+    "free-riders, majority": {"kind": "free_ride", "clients": None},
+    "boost x3": {"kind": "scale", "scale": 3.0, "clients": [0]}, "boost x10": {"kind": "scale", "scale": 10.0, "clients": [0]},
+    "small x0.05": {"kind": "scale", "scale": 0.05, "clients": [0]}}
+
+
+def screen_rule_options(rule: str, n: int) -> dict[str, Any]:
+    """A robust rule's options for ``n`` clients with up to one attacker: the trimmed mean drops one value
+    at each end where it can (none of 2), Krum assumes f = 1 where M > 2f + 2 allows it (f = 0 of 3)."""
+    if rule == "trimmed_mean":
+        return {"beta": {2: 0.0, 3: 0.34}.get(n, 1 / n)}
+    if rule == "krum":
+        return {"f": 0 if n <= 4 else 1}
+    return {}
+
+
+def screen_label(n: int, column: str, attack: str) -> str:
+    return f"{n} clients | {column} | {attack}"
+
+
+def screen_cells() -> list[tuple[int, str, str]]:
+    """(clients, column, attack) of every screening setting: Krum needs 3 uploads, a majority of 2 is all."""
+    return [(n, column, attack) for n in SCREEN_SIZES for column in SCREEN_COLUMNS for attack in SCREEN_ATTACKS
+            if not (n == 2 and (column == "krum" or attack == "free-riders, majority"))]
+
+
+def screen_settings() -> dict[str, dict[str, Any]]:
+    """The :data:`SCREEN_GRID` settings as partial configs."""
+    out = {}
+    for n, column, attack in screen_cells():
+        rule, trust = SCREEN_COLUMNS[column]
+        options = screen_rule_options(rule, n)
+        kind = dict(SCREEN_ATTACKS[attack])
+        if kind.get("clients", []) is None:
+            kind["clients"] = list(range(n // 2 + 1))
+        out[screen_label(n, column, attack)] = {
+            **SCREEN_RUNS, "data": {"name": "synthetic", "options": {"num_clients": n, "samples_per_client": 48,
+                                                                      "num_classes": 4, "size": 8}},
+            "method": {"base": rule, **({"options": {rule: options}} if options else {})},
+            "attack": kind, "trust": trust}
+    return out
 
 
 def setting_label(dataset: str, rule: str, kind: str, attackers: str) -> str:
@@ -164,7 +230,8 @@ def grids(rules: list[str], seeds: list[int]) -> dict[str, GridSpec]:
                for kind in SHARED_KINDS},
             "robustness-stats-clean": spec("robustness-stats-clean", (), list(ROBUST_STATS), True),
             DIRECT_GRID: spec(DIRECT_GRID, ("stats",), list(DIRECT), True, ["fedavg"]),
-            INBOUND_GRID: spec(INBOUND_GRID, (), ["FedAvg"], True, settings=inbound_settings())}
+            INBOUND_GRID: spec(INBOUND_GRID, (), ["FedAvg"], True, settings=inbound_settings()),
+            SCREEN_GRID: spec(SCREEN_GRID, (), ["FedAvg"], True, settings=screen_settings())}
 
 
 def subset(spec: GridSpec, only: list[str] | None, methods: list[str] | None) -> GridSpec | None:
@@ -244,7 +311,7 @@ def table(out: Path, rules: list[str], seeds: list[int]) -> str:
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     broken: dict[tuple[str, str], int] = {}  # (setting, method) -> collapsed seeds
     for name, spec in grids(rules, seeds).items():
-        if name not in (DIRECT_GRID, INBOUND_GRID) and (out / name).is_dir():
+        if name not in (DIRECT_GRID, INBOUND_GRID, SCREEN_GRID) and (out / name).is_dir():
             settings, counts = finished(out, spec, seeds)
             for setting, s in settings.items():
                 rows.setdefault(setting, {}).update(s["methods"])
@@ -316,6 +383,73 @@ def inbound_table(out: Path, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def screen_table(out: Path, seeds: list[int]) -> str:
+    """The Markdown table of the :data:`SCREEN_GRID` grid: final accuracy per (clients, attack), one
+    column per (rule, screening), with the change from the same column without attack."""
+    spec = grids(["fedavg"], seeds)[SCREEN_GRID]
+    if not (out / spec.name).is_dir():
+        return ""
+    rows, broken = finished(out, spec, seeds)
+    lines = ["| clients | attack | " + " | ".join(SCREEN_COLUMNS) + " |", "|---|---|" + "---:|" * len(SCREEN_COLUMNS)]
+    cells = set(screen_cells())
+    for n in SCREEN_SIZES:
+        for attack in SCREEN_ATTACKS:
+            if (n, "fedavg, off", attack) not in cells:
+                continue
+            texts = []
+            for column in SCREEN_COLUMNS:
+                if (n, column, attack) not in cells:
+                    texts.append("n/a")
+                    continue
+                label, clean = screen_label(n, column, attack), screen_label(n, column, "none")
+                stat = rows.get(label, {"methods": {}})["methods"].get("FedAvg", {"n": 0})
+                base = rows.get(clean, {"methods": {}})["methods"].get("FedAvg", {"n": 0})
+                ref = base["final"]["mean"] if base["n"] and attack != "none" else None
+                texts.append(_cell(stat, ref, len(seeds), broken.get((label, "FedAvg"), 0)))
+            lines.append(f"| {n} | {attack} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def screened_uploads(out: Path, label: str, seeds: list[int], attackers: set[int]) -> dict[str, int]:
+    """Over ``seeds`` and rounds of one screening cell: uploads screened (rejected by the screening or
+    clipped) of the attackers and of the honest clients, and how many each sent."""
+    counts = {"attackers": 0, "attackers_sent": 0, "honest": 0, "honest_sent": 0}
+    for seed in seeds:
+        path = find_run(cell_dir(out / SCREEN_GRID, label, "FedAvg", seed))
+        for rec in RunDir(path).rounds() if path is not None else []:
+            screened = set(rec.get("updates", {}).get("clipped", []))
+            screened |= {x["client"] for x in rec["rejected"] if "update norm" in x["reason"]}
+            for cid in rec["sampled"]:
+                who = "attackers" if cid in attackers else "honest"
+                counts[who] += cid in screened
+                counts[f"{who}_sent"] += 1
+    return counts
+
+
+def screen_decisions(out: Path, seeds: list[int]) -> str:
+    """The Markdown table of what the screening did in the :data:`SCREEN_GRID` grid (its FedAvg columns
+    with the screening on): the attackers' and the honest clients' uploads it screened, of those sent."""
+    spec = grids(["fedavg"], seeds)[SCREEN_GRID]
+    if not (out / spec.name).is_dir():
+        return ""
+    columns = [c for c, (rule, trust) in SCREEN_COLUMNS.items() if rule == "fedavg" and trust["screen"] != "off"]
+    lines = ["| clients | attack | " + " | ".join(f"{c}: attackers' | {c}: honest" for c in columns) + " |",
+             "|---|---|" + "---:|" * (2 * len(columns))]
+    for n in SCREEN_SIZES:
+        for attack in SCREEN_ATTACKS:
+            label = screen_label(n, columns[0], attack)
+            if label not in spec.settings:
+                continue
+            attackers = set(spec.settings[label]["attack"].get("clients", []))
+            texts = []
+            for column in columns:
+                c = screened_uploads(out, screen_label(n, column, attack), seeds, attackers)
+                texts += [f"{c['attackers']}/{c['attackers_sent']}" if c["attackers_sent"] else "-",
+                          f"{c['honest']}/{c['honest_sent']}"]
+            lines.append(f"| {n} | {attack} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -337,7 +471,8 @@ def main() -> None:
         configure_process(1)  # a script is a process entry point; the cells set their own threads
         run(args.out, args.rules, args.seeds, args.jobs, args.only, args.methods, args.grids)
     text = "\n\n".join([table(args.out, args.rules, args.seeds), direct_table(args.out, args.seeds),
-                        inbound_table(args.out, args.seeds)])
+                        inbound_table(args.out, args.seeds), screen_table(args.out, args.seeds),
+                        screen_decisions(args.out, args.seeds)])
     atomic_write_text(args.out / "robustness.md", text + "\n")
     print(text)
     print("\nfinal mean client test accuracy (%), mean ± std over seeds (change from the same method without "

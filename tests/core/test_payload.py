@@ -13,6 +13,7 @@ from fedaug.core.payload import (
     Against,
     PassedParts,
     TensorSpec,
+    counterpart,
     distance,
     message_nbytes,
     norm_bounded,
@@ -208,7 +209,8 @@ def test_passed_parts_skips_the_read_for_a_tensor_that_passed(monkeypatch):
 def test_the_distance_shortcut_never_passes_what_reading_the_extremes_refuses(seed, server_path):
     """Against (an upload checked against what was sent) is one-sided too, on both of the server's
     paths: the verdict and message are those of reading every extreme, and each measured distance is
-    ||t - r|| (float32 entries: the float32 rounding of the norm of the float32 differences)."""
+    ||t - r|| (float32 entries: the float32 rounding of the norm of the float32 differences), ||t|| for
+    an entry without a counterpart; a counterpart of another dtype is left to the screen (not measured)."""
     g = torch.Generator().manual_seed(seed)
     bound = float(10 ** torch.randint(0, 7, (), generator=g))
     part, spec, sent = {}, {}, {}
@@ -220,7 +222,7 @@ def test_the_distance_shortcut_never_passes_what_reading_the_extremes_refuses(se
         if torch.rand((), generator=g) < 0.3:
             t[int(torch.randint(n, (), generator=g))] = (math.nan, math.inf, -math.inf, bound * 1.0001)[i % 4]
         if i == 5 and torch.rand((), generator=g) < 0.5:
-            r = r[:-1] if n > 1 else r.double()  # no counterpart: read as usual
+            r = r[:-1] if n > 1 else r.double()  # no counterpart: its own norm; another dtype: not measured
         part[f"t{i}"], spec[f"t{i}"], sent[f"t{i}"] = t, TensorSpec(tuple(t.shape), dtype), r
     against = Against(sent, {})
     want = _exact_problems(part, spec, bound)
@@ -231,9 +233,11 @@ def test_the_distance_shortcut_never_passes_what_reading_the_extremes_refuses(se
         assert err.value.args[0] == "up: " + "; ".join(want)
     else:
         assert validate_part(part, spec, "up", bound, against) == part
+    assert set(against.distances) == {n for n in part if sent[n].dtype == part[n].dtype or not counterpart(part[n], sent[n])}
     for name, d in against.distances.items():
         t, r = part[name], sent[name]
-        exact = float((t - r).double().norm()) if t.dtype == torch.float32 else float((t - r).norm())
+        diff = t - r if counterpart(t, r) else t
+        exact = float(diff.double().norm()) if t.dtype == torch.float32 else float(diff.norm())
         if t.dtype == torch.float32:
             exact = float(torch.tensor(exact, dtype=torch.float32))
         assert d == exact or (math.isnan(d) and math.isnan(exact)) or (not math.isfinite(exact) and not validate_ok)
@@ -250,7 +254,7 @@ def test_a_ranged_entry_is_measured_but_its_range_is_still_read(server_path):
 def test_distances_of_accelerator_style_pairs_follow_the_same_rule_without_the_library(no_server_library):
     """The buffer path (every device; on accelerators one synchronisation per part) records what
     :func:`distance` gives: float32 entries the float32 rounding of the float64 norm of the float32
-    differences, float64 entries their float64 norm; entries without a counterpart are not measured."""
+    differences, float64 entries their float64 norm; an entry without a counterpart, its own norm."""
     g = torch.Generator().manual_seed(3)
     part = {"a": torch.randn(50, generator=g), "b": torch.randn(4, 5, generator=g, dtype=torch.float64),
             "c": torch.randn(3, generator=g)}
@@ -258,7 +262,9 @@ def test_distances_of_accelerator_style_pairs_follow_the_same_rule_without_the_l
     against = Against(sent, {})
     spec = {n: TensorSpec(tuple(t.shape), t.dtype) for n, t in part.items()}
     validate_part(part, spec, "up", 1e6, against)
-    assert set(against.distances) == {"a", "b"}
+    assert set(against.distances) == {"a", "b", "c"}
     assert against.distances["a"] == float(torch.tensor(float((part["a"] - sent["a"]).double().norm()), dtype=torch.float32))
     assert against.distances["b"] == float((part["b"] - sent["b"]).norm())
-    assert against.distances == {n: distance(part[n], sent[n]) for n in ("a", "b")}
+    assert against.distances["c"] == float(torch.tensor(float(part["c"].double().norm()), dtype=torch.float32))
+    assert against.distances == {"a": distance(part["a"], sent["a"]), "b": distance(part["b"], sent["b"]),
+                                 "c": distance(part["c"])}

@@ -67,7 +67,7 @@ def test_the_readme_table_is_the_archived_run_it_quotes():
 
 def test_the_readme_names_the_cpu_and_times_of_the_archived_run_and_make_run_computes_that_run(tmp_path):
     from fedaug.config.load import read_toml
-    from fedaug.engine.records import read_records
+    from fedaug.engine.records.rundir import read_records
     from fedaug.report.grid import load_grid
     from fedaug.report.runner import config_mismatch, plan
 

@@ -114,6 +114,21 @@ def test_gaussian_uploads_an_update_of_pure_noise_with_the_std_asked(std, seed):
     assert not torch.equal(next_round.message["fedavg"][first], attacked.message["fedavg"][first])
 
 
+def test_free_ride_sends_back_the_floating_entries_it_received_buffers_included():
+    down, honest = upload(sim_of(), 1)
+    _, attacked = upload(sim_of({"kind": "free_ride", "clients": [1]}), 1)
+    w_g, w_k, sent = down["fedavg"], honest.message["fedavg"], attacked.message["fedavg"]
+    assert sent.keys() == w_k.keys()
+    for k, t in sent.items():
+        if t.is_floating_point():
+            assert torch.equal(t, w_g[k]) and t is not w_g[k], k  # a copy of what it received
+        else:  # integer counters as trained (never changed by an attack)
+            assert torch.equal(t, w_k[k]), k
+    moved = [k for k in BUFFERS if w_k[k].is_floating_point() and not torch.equal(w_k[k], w_g[k])]
+    assert moved  # training moved the running statistics; the free-rider sends them back unmoved
+    assert attacked.metrics == honest.metrics
+
+
 def test_gaussian_std_defaults_to_one():
     assert DEFAULT_STD == 1.0
     down, attacked = upload(sim_of({"kind": "gaussian", "clients": [0]}), 0)
@@ -201,7 +216,7 @@ def test_features_keeps_shape_and_labels_and_sends_noise_of_the_scaled_std(scale
 
 
 @pytest.mark.parametrize("attack", [
-    {"kind": "sign_flip"}, {"kind": "scale"}, {"kind": "gaussian"}, {"kind": "nan"}, {"kind": "inf"},
+    {"kind": "sign_flip"}, {"kind": "scale"}, {"kind": "gaussian"}, {"kind": "free_ride"}, {"kind": "nan"}, {"kind": "inf"},
     {"kind": "label_flip"}, {"kind": "stats", "parts": ["fedavg"]}, {"kind": "features", "parts": ["fedavg"]},
 ])
 def test_the_uploads_of_clients_that_do_not_attack_are_bit_identical(attack):

@@ -312,4 +312,6 @@ def test_a_segmentation_unet_with_adam_and_feature_augmentation_trains_grouped(m
     want = records(Simulation(validate(raw), data, recipe()), 2)
     got = records(Simulation(validate({**raw, "train": {**raw["train"], "group_clients": 3}}), data, recipe()), 2)
     assert group_sizes == [3, 3]
-    assert_close_trees(got, want, METHODS[method][3])
+    # the update norms (differences of weights, per kind) show the batched 3D convolutions' rounding most:
+    # measured 4.4e-3 absolute on a parameter norm of 1.34 (Adam, 3 steps, 2 rounds)
+    assert_close_trees(got, want, METHODS[method][3] if dims == 2 else {"rtol": 2e-3, "atol": 1e-2})

@@ -21,7 +21,9 @@ RELEASE_0_1: dict[str, list[str]] = {
     "pool": ["SPLITS", "WorkerDied", "Packed", "pack", "expected_cost", "ProcessFleet"],
     "transport": ["ALIGN", "MIN_ARENA", "ARENA_PREFIX", "ARENA_DIR", "Channel", "remove_arenas"],
     "exchange": ["WHAT", "REQUIRED_METRICS", "MAX_METRICS", "metrics_problems", "PhaseResult", "exchange"],
-    "screen": ["update_norm", "update_norms", "lower_median", "screen_updates", "check_trust"],
+    # (update_norm and lower_median went with the screening rule they served: issue 48 measures per part and
+    # kind against the upper median)
+    "screen": ["update_norms", "screen_updates", "check_trust"],
     "schedule": ["clients_per_round", "sample_clients", "learning_rate"],
     "evaluate": ["SPLITS", "FINETUNED", "evaluate_client", "meters_part", "meters_spec", "meters_of", "summarize_eval"],
     "finetune": ["PREFIX", "TrainingSender", "finetune_senders", "finetune_meters", "with_finetuned"],

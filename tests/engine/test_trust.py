@@ -75,14 +75,28 @@ def test_an_attack_is_rejected_the_round_completes_and_the_run_resumes(tmp_path,
     assert resumes_without_the_attacker(run_dir)["rounds"] == 2
 
 
-def test_an_aggregate_over_the_bound_is_not_committed_and_the_round_says_so(tmp_path):
-    # every statistic within trust.max_abs, but FedFA's direct variance of means of 0 and 1e6 is ~3e11
+def _fedfa_means_of_1e6(screen: str):
+    """Client 1's FedFA running means times 1e6: each within trust.max_abs, FedFA's direct variance of
+    means of 0 and 1e6 is ~3e11."""
     attack = ATTACKS["fedfa std of 1e30 (variance=direct)"]
     raw = attack_raw(attack)
+    raw["trust"] = {"screen": screen}
     sim = build_simulation(validate(raw))
-    before = {k: v.clone() for k, v in sim.server["fedfa"]["part"].items()}
     sim.fleet = Hostile(sim.fleet, "train", corrupting(
         Attack(attack.method, "train", "fedfa", scaled("running_mean", 1e6), "")))
+    return sim
+
+
+def test_shared_statistics_far_over_the_rounds_are_rejected_by_the_update_screening():
+    rec = _fedfa_means_of_1e6("reject").run_round(1)
+    (culprit,) = rec["rejected"]
+    assert culprit["client"] == 1 and "part 'fedfa', shared: update norm" in culprit["reason"]
+    assert "aggregate" not in rec
+
+
+def test_an_aggregate_over_the_bound_is_not_committed_and_the_round_says_so(tmp_path):
+    sim = _fedfa_means_of_1e6("off")  # the screening would reject the upload first (the test above)
+    before = {k: v.clone() for k, v in sim.server["fedfa"]["part"].items()}
     rec = sim.run_round(1)
     (kept,) = rec["aggregate"]
     assert kept["phase"] == "train" and kept["kept"] == "previous"

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from fedaug.config.schema import validate
-from fedaug.core.payload import FUSED_MAX, value_extremes
+from fedaug.core.payload import FUSED_MAX, Against, TensorSpec, validate_part, value_extremes
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.engine.run import Simulation, build_simulation, resume_experiment, run_experiment
 from fedaug.layers.functional import StatNoise, restyle
@@ -409,3 +409,39 @@ def test_cuda_graph_with_adam_partial_batches_and_a_schedule_equals_eager_steps_
     assert cap.fleet.worker.graphs.num_captures == 6  # (16, 12) x 3 learning rates
     assert_close_trees(graphed, eager, GRAPH_TOL)
     assert_close_trees(cap.server, one.server, GRAPH_TOL)
+
+
+def test_update_distances_on_cuda_equal_the_cpus_entries_without_counterpart_included() -> None:
+    """The screen's terms (:class:`Against`) on CUDA, where the differences go through a buffer and each
+    part's distances are read with one synchronisation: each entry's distance to what was sent, and for an
+    entry the server sent no counterpart of (SCAFFOLD's ``dc/*``), its own norm, as on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    sent = {f"w{i}": torch.randn(i + 3, 5, generator=g) for i in range(10)}
+    part = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in sent.items()}
+    part.update({f"dc/{i}": torch.randn(4, generator=g) for i in range(5)})
+    spec = {n: TensorSpec(tuple(t.shape), t.dtype) for n, t in part.items()}
+    cpu, cuda = Against(sent, {}), Against({k: v.cuda() for k, v in sent.items()}, {})
+    validate_part(part, spec, "up", 1e6, cpu)
+    validate_part({k: v.cuda() for k, v in part.items()}, spec, "up", 1e6, cuda)
+    assert cuda.distances.keys() == cpu.distances.keys() == part.keys()
+    for name, d in cpu.distances.items():
+        assert cuda.distances[name] == pytest.approx(d, rel=1e-6), name
+
+
+def test_the_screening_on_cuda_rejects_the_control_variates_the_cpu_rejects() -> None:
+    """SCAFFOLD's ``dc/*`` of one client set to 1e3 (within ``trust.max_abs``): rejected as kind
+    ``control`` on CUDA as on the CPU, with the same norms to float tolerance."""
+    from tests.engine.test_screen import PoisonRound
+
+    recs = {}
+    for device in ("cpu", "cuda"):
+        raw = raw_for("scaffold", device)
+        raw["train"]["participation"] = 1.0  # three uploads: two cannot be screened
+        sim = build_simulation(validate(raw))
+        sim.fleet = PoisonRound(sim.fleet, 1, value=1e3, part="scaffold", prefix="dc/")
+        recs[device] = sim.run_round(1)
+    cpu, cuda = recs["cpu"], recs["cuda"]
+    assert [x["client"] for x in cuda["rejected"]] == [x["client"] for x in cpu["rejected"]] != []
+    assert "part 'scaffold', control: update norm" in cuda["rejected"][0]["reason"]
+    for kind, norms in cpu["updates"]["norm"]["scaffold"].items():
+        assert cuda["updates"]["norm"]["scaffold"][kind] == pytest.approx(norms, rel=EXACT_RTOL), kind

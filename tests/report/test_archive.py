@@ -11,7 +11,7 @@ import pytest
 
 from fedaug.cli.main import main
 from fedaug.core.errors import ConfigError
-from fedaug.engine.records import ENVIRONMENT, METRICS, METRICS_GZ, SUMMARY
+from fedaug.engine.records.rundir import ENVIRONMENT, METRICS, METRICS_GZ, SUMMARY
 from fedaug.report.archive import archive_grid, finished_run_dirs
 from fedaug.report.results import load_grid_results, summarize
 from fedaug.report.runner import INVOCATIONS, run_grid

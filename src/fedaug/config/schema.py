@@ -122,11 +122,13 @@ class TrustConfig:
                                               "name (or 'meters'), e.g. {fedavg = 100.0}")
     max_num_train: int = opt(10**9, "largest training-set size a SuperNode may report (its aggregation weight)",
                              lo=1)
-    screen: str = opt("reject", "a training upload whose update norm exceeds screen_multiple times the round's "
-                                "median: rejected, clipped to the median norm, or let through (norms are recorded "
-                                "either way; docs/engine.md, 'The trust boundary')", choices=("reject", "clip", "off"))
-    screen_multiple: float = opt(SCREEN_MULTIPLE, "the limit of an upload's update norm, as a multiple of the round's "
-                                                  "median update norm", lo=1.0, lo_open=True)
+    screen: str = opt("reject", "a training upload whose update norm of a kind (parameters, normalisation "
+                                "statistics, control variates, shared statistics) exceeds screen_multiple times the "
+                                "round's median of that kind: rejected, clipped to the median norm, or let through "
+                                "(norms are recorded either way; docs/engine.md, 'The trust boundary')",
+                      choices=("reject", "clip", "off"))
+    screen_multiple: float = opt(SCREEN_MULTIPLE, "the limit of an upload's update norm of a kind, as a multiple of "
+                                                  "the round's (upper) median of that kind", lo=1.0, lo_open=True)
 
     def bound(self, part: str) -> float | None:
         """The magnitude bound of ``part``, a component's name; evaluation ``meters`` (sums of losses
@@ -138,7 +140,8 @@ class TrustConfig:
 
 
 #: what attacking clients do (docs/engine.md, "Attack scenarios"; :mod:`fedaug.engine.client.attack`)
-ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "fill", "nan", "inf", "label_flip", "stats", "features")
+ATTACK_KINDS = ("none", "sign_flip", "scale", "gaussian", "free_ride", "fill", "nan", "inf", "label_flip", "stats",
+                "features")
 #: the kinds that read ``attack.scale``, and ``attack.std``
 SCALED_KINDS, NOISE_KINDS = ("scale", "fill", "stats", "features"), ("gaussian",)
 
@@ -157,7 +160,8 @@ class AttackConfig:
     std: float = opt(None, "gaussian: std of the noise update per coordinate (default 1)", lo=0.0, lo_open=True,
                      nullable=True)
     parts: list[str] = opt([], "component names whose parts the attack changes (default: the server rule's for "
-                               "sign_flip, scale, gaussian, nan, inf; every other component's for stats, features)")
+                               "sign_flip, scale, gaussian, free_ride, fill, nan, inf; every other component's for "
+                               "stats, features)")
 
 
 @dataclass

@@ -25,6 +25,17 @@ from fedaug.core.errors import PayloadError
 Part = dict[str, Tensor]
 Message = dict[str, Part]
 
+#: what a floating tensor of a training uplink is, as its spec declares it (:attr:`TensorSpec.kind`): the
+#: update screening measures each kind of a part on its own and against the same kind of the round's
+#: other uploads (engine/screen.py). ``"parameters"``: the model's trained parameters;
+#: ``"statistics"``: its normalisation statistics (BatchNorm running means and variances, which the
+#: forward pass accumulates); ``"control"``: a quantity the client computes for the server's step
+#: (SCAFFOLD's control-variate change, FedNova's a_i); ``"shared"``: statistics an augmentation
+#: shares (FedFA's channel statistics, FedRDN's input statistics, CCVR's class statistics);
+#: ``"data"``: rows of data or features and sample counts, whose size grows with the client's data,
+#: so that their norm says nothing of an attack (not screened; bounded by ``trust.max_abs``).
+KINDS = ("parameters", "statistics", "control", "shared", "data")
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -38,6 +49,11 @@ class TensorSpec:
         finite: require every value to be finite (floating dtypes only).
         low, high: the allowed values, inclusive (``None``: unbounded on that side), e.g. labels
             in ``[0, num_classes - 1]`` or standard deviations ``>= 0``.
+        kind: what the tensor is, one of :data:`KINDS` (read for training uplinks by the update
+            screening; default ``"shared"``).
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS`.
     """
 
     shape: tuple[int | str | None, ...]
@@ -45,11 +61,16 @@ class TensorSpec:
     finite: bool = True
     low: float | None = None
     high: float | None = None
+    kind: str = "shared"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"TensorSpec kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
 
     @classmethod
-    def like(cls, t: Tensor, finite: bool = True) -> "TensorSpec":
+    def like(cls, t: Tensor, finite: bool = True, kind: str = "shared") -> "TensorSpec":
         """The spec of a tensor with ``t``'s exact shape and dtype."""
-        return cls(tuple(t.shape), t.dtype, finite)
+        return cls(tuple(t.shape), t.dtype, finite, kind=kind)
 
     def problems(self, name: str, t: object, max_abs: float | None = None,
                  sizes: dict[str, int] | None = None, extremes: tuple[float, float] | None = None,
@@ -140,18 +161,20 @@ def norm_bounded(tensors: Mapping[str, Tensor], max_abs: float | None) -> set[st
 
 class Against:
     """What :func:`validate_part` measures of a reply's part against the part the server sent (the
-    ``reference``): for each entry with a same-shaped, same-dtype float32/float64 counterpart on the
-    same device, the distance ``||t - r||_2`` (:func:`distance`, into :attr:`distances`), and what that
-    pass tells of ``t``'s values, so that one pass over an upload gives the server's value check and
-    its update norm (engine/server/screening.py).
+    ``reference``): each float32/float64 entry's distance (:func:`distance`, into :attr:`distances`) to
+    its counterpart there (:func:`counterpart`; measured where it has the entry's dtype and device), or,
+    for an entry without one (a tensor the client computed, e.g. SCAFFOLD's control-variate change), its
+    own norm, its distance to zero; and what that pass tells of the entry's values, so that one pass
+    over an upload gives the server's value check and its update norms (engine/screen.py).
 
     Where the compiled server library is built (:mod:`fedaug.core.server_ops`), a contiguous float32
     CPU entry's pass reads ``t`` and ``r`` once and also gives ``t``'s extremes. Elsewhere the
     difference goes through a buffer (on accelerators: the part's distances are read with one
     synchronisation), and where ``max|r| + ||t - r||`` is finite and at most half the bound every value
-    of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``), so ``t`` needs no read of its
-    own. Both paths give the same verdicts and messages, and the same distances unless a float64 sum
-    falls within its own rounding error of a float32 rounding boundary.
+    of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``; ``r = 0`` for an entry without
+    a counterpart), so ``t`` needs no read of its own. Both paths give the same verdicts and messages,
+    and the same distances unless a float64 sum falls within its own rounding error of a float32
+    rounding boundary (entries without a counterpart take the same path on both).
 
     Args:
         reference: the part sent, ``{name: tensor}``.
@@ -165,15 +188,19 @@ class Against:
 
     def measure(self, tensors: Mapping[str, Tensor], max_abs: float | None,
                 boundable: set[str]) -> tuple[set[str], dict[str, tuple[float, float]]]:
-        """Fill :attr:`distances` for ``tensors`` with a counterpart. Return the names in ``boundable``
-        (those whose spec sets no range) proven within bounds, and the extremes ``(min, max)`` read on
-        the way (both NaN where a value is not finite; :func:`value_extremes`)."""
-        pairs = {}
+        """Fill :attr:`distances` for the non-empty float32/float64 ``tensors``. Return the names in
+        ``boundable`` (those whose spec sets no range) proven within bounds, and the extremes
+        ``(min, max)`` read on the way (both NaN where a value is not finite; :func:`value_extremes`)."""
+        pairs: dict[str, tuple[Tensor, Tensor]] = {}
+        alone: dict[str, Tensor] = {}
         for name, t in tensors.items():
+            if t.dtype not in _NORMED or not t.numel():
+                continue
             r = self.reference.get(name)
-            if (isinstance(r, Tensor) and t.dtype in _NORMED and r.dtype == t.dtype and t.shape == r.shape
-                    and t.device == r.device and t.numel()):
-                pairs[name] = (t.detach(), r)
+            if not counterpart(t, r):
+                alone[name] = t.detach()
+            elif r.dtype == t.dtype and t.device == r.device:  # type: ignore[union-attr]
+                pairs[name] = (t.detach(), r)  # type: ignore[assignment]
         ops = server_ops.loaded()
         single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_cpu
                   and p[0].is_contiguous() and p[1].is_contiguous()} if ops is not None else {}
@@ -191,13 +218,16 @@ class Against:
                     self.cache[key] = torch.empty_like(t, memory_format=torch.contiguous_format)
                 diff = torch.sub(t, r, out=self.cache[key])  # queued before the buffer's next use on its stream
                 norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(diff, dtype=torch.float64)
+        for name, t in alone.items():
+            norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(t, dtype=torch.float64)
         half = math.inf if max_abs is None else max_abs / 2
         out = set()
         for group in norms.values():
             for name, norm in zip(group, torch.stack(list(group.values())).tolist()):  # one synchronisation
-                t, r = pairs[name]
+                t = alone[name] if name in alone else pairs[name][0]
                 self.distances[name] = _recorded(norm, t.dtype)
-                if name in boundable and math.isfinite(norm) and self._largest(r) + self.distances[name] <= half:
+                largest = 0.0 if name in alone else self._largest(pairs[name][1])
+                if name in boundable and math.isfinite(norm) and largest + self.distances[name] <= half:
                     out.add(name)  # (a NaN largest compares False)
         return out, extremes
 
@@ -210,10 +240,19 @@ class Against:
         return seen[2]
 
 
-def distance(t: Tensor, r: Tensor) -> float:
+def counterpart(t: Tensor, r: object) -> bool:
+    """Whether ``r`` is the tensor that the floating tensor ``t`` updates: a floating tensor of ``t``'s
+    shape (in a reply, the entry of the same name that the server sent). An update ``t - r`` is measured
+    against it; a tensor without one (a control variate the client computed) is measured on its own."""
+    return isinstance(r, Tensor) and r.is_floating_point() and r.shape == t.shape
+
+
+def distance(t: Tensor, r: Tensor | None = None) -> float:
     """``||t - r||_2`` as the server records it (:class:`Against` measures the same): the difference in
-    ``t``'s dtype, its squares summed in float64, the norm rounded to float32 for float32 tensors."""
-    return _recorded(float(torch.linalg.vector_norm(torch.sub(t.detach(), r), dtype=torch.float64)), t.dtype)
+    ``t``'s dtype, its squares summed in float64, the norm rounded to float32 for float32 tensors;
+    ``r = None``: ``||t||_2``, the distance to zero."""
+    diff = t.detach() if r is None else torch.sub(t.detach(), r)
+    return _recorded(float(torch.linalg.vector_norm(diff, dtype=torch.float64)), t.dtype)
 
 
 def _recorded(norm: float, dtype: torch.dtype) -> float:

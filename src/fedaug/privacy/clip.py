@@ -9,10 +9,12 @@ are left as they are and do not count towards the norm.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-import torch  # noqa: F401 - the doctests' namespace
+import torch
 from torch import Tensor
+
+from fedaug.core.payload import counterpart
 
 
 def l2_norm(tensors: Mapping[str, Tensor]) -> float:
@@ -68,13 +70,13 @@ def clip_by_l2(tensors: Mapping[str, Tensor], max_norm: float) -> tuple[dict[str
 def update_entries(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor]) -> list[str]:
     """The keys of ``weights`` that make up an update ``weights - reference``: floating tensors with
     a floating counterpart of the same shape in ``reference`` (a client's model weights against the
-    global ones it received; never a tensor it computed itself, such as a control variate)."""
-    return [k for k, t in weights.items() if t.is_floating_point() and isinstance(reference.get(k), Tensor)
-            and reference[k].is_floating_point() and reference[k].shape == t.shape]
+    global ones it received; never a tensor it computed itself, such as a control variate;
+    :func:`~fedaug.core.payload.counterpart`)."""
+    return [k for k, t in weights.items() if t.is_floating_point() and counterpart(t, reference.get(k))]
 
 
 def clip_update(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor],
-                max_norm: float) -> tuple[dict[str, Tensor], float]:
+                max_norm: float, keys: Sequence[str] | None = None) -> tuple[dict[str, Tensor], float]:
     """``reference + clip(weights - reference, max_norm)``: a client's weights with its update
     Delta = w_k - w bounded to L2 norm ``max_norm`` over the :func:`update_entries` together
     (DP-FedAvg's ``clip``, McMahan et al. 2018, arXiv:1710.06963, Alg. 1; :func:`clip_by_l2`).
@@ -83,14 +85,18 @@ def clip_update(weights: Mapping[str, Tensor], reference: Mapping[str, Tensor],
         weights: the client's ``{key: tensor}`` (any shapes); not modified.
         reference: the global weights it trained from.
         max_norm: the bound C > 0.
+        keys: the floating entries to bound together (default: :func:`update_entries`); an entry without
+            a counterpart in ``reference`` is its own update (its reference is zero).
 
     Returns:
         The bounded weights (each entry in its own dtype; the other entries, e.g. BatchNorm's
         integer ``num_batches_tracked``, as received) and ``||Delta||_2`` before clipping.
     """
-    keys = update_entries(weights, reference)
-    delta, norm = clip_by_l2({k: weights[k].double() - reference[k].double() for k in keys}, max_norm)
-    bounded = {k: (reference[k].double() + delta[k]).to(weights[k].dtype) for k in keys}
+    keys = update_entries(weights, reference) if keys is None else keys
+    start = {k: reference[k].double() if counterpart(weights[k], reference.get(k)) else torch.zeros((), dtype=torch.float64)
+             for k in keys}
+    delta, norm = clip_by_l2({k: weights[k].double() - start[k] for k in keys}, max_norm)
+    bounded = {k: (start[k] + delta[k]).to(weights[k].dtype) for k in keys}
     return {k: bounded.get(k, t) for k, t in weights.items()}, norm
 
 

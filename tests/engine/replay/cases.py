@@ -120,14 +120,19 @@ def legacy_base(case: str) -> str | None:
 
 
 def as_recorded(records: list[dict], legacy_base: str | None) -> list[dict]:
-    """``records`` in the bb05886 structure: without ``eval.comm``, ``updates`` (the update norms,
-    recorded since issue 41: every one within the screening limit, so nothing was screened) and
+    """``records`` in the bb05886 structure: without ``eval.comm``, ``updates`` (the update norms per part
+    and kind, recorded since issues 41 and 48: every one within its limit, so nothing was screened) and
     ``eval.spread`` (issue 40: the spread across clients, whose numbers tests/metrics/test_spread.py
     checks), legacy weights under the objective."""
     for rec in records:
-        updates = rec.pop("updates", None)  # absent where the server rule keeps no global model (fedproto)
-        assert updates is None or set(updates["norm"]) == {str(c) for c in rec["sampled"]} and "clipped" not in updates
-        assert updates is None or 0 < updates["median"] <= max(updates["norm"].values()) <= updates["limit"]
+        updates = rec.pop("updates", None)  # absent where no part has an entry the screening sizes
+        assert updates is None or updates.keys() == {"norm", "median", "limit"}  # nothing clipped or undecided
+        for part, kinds in (updates or {"norm": {}})["norm"].items():
+            for kind, norms in kinds.items():
+                limit = updates["limit"][part][kind]
+                assert set(norms) == {str(c) for c in rec["sampled"]}  # two a round: the median is the larger
+                assert updates["median"][part][kind] == max(norms.values())
+                assert limit is None or max(norms.values()) <= limit
         assert set(rec["eval"].pop("spread")) == {"val_acc", "test_acc"}
         comm = rec["eval"].pop("comm")
         assert comm["up_total"] > 0 and set(comm["up"]) == {"meters"}

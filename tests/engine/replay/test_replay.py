@@ -12,8 +12,9 @@ bb05886 record exactly).
 Four changes of the records' *structure* since then are intended and checked here, not hidden:
 
 - evaluation is an exchange like training, so each evaluation record gains its traffic (``eval.comm``);
-- each training record gains its uploads' update norms (``updates``, issue 41), all within the screening
-  limit: the screening rejects or clips nothing of these honest runs, whose other entries stay as recorded;
+- each training record gains its uploads' update norms (``updates``, issue 41; per part and kind since
+  issue 48), all within the screening limits: the screening rejects or clips nothing of these honest runs
+  (two uploads a round: it cannot; screen.py), whose other entries stay as recorded;
 - each evaluation record gains the spread across clients (``eval.spread``: std, min, worst 10 %; issue 40);
 - a legacy ``base = "<local objective>"`` (``fedprox``, ``moon``, ...) is FedAvg + that objective, so the
   weights' bytes are listed under ``fedavg`` and the objective's own entry is 0 (the totals are unchanged).
@@ -32,7 +33,7 @@ from tests.engine.replay.cases import CASES, RECORDS, as_recorded, differences, 
 def test_recorded_run_replays_exactly(case):
     expected = json.loads((RECORDS / f"{case}.json").read_text())
     got = run_case(case)
-    assert all(("updates" in rec) == (case != "fedproto") for rec in got)  # FedProto sends no global model
+    assert all("updates" in rec for rec in got)  # FedProto's prototypes too (issue 48)
     assert differences(as_recorded(got, legacy_base(case)), expected) == []
 
 

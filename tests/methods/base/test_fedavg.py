@@ -86,6 +86,20 @@ def test_a_negative_batchnorm_running_variance_or_counter_fails_the_uplink_spec_
             validate_part({**good, key: bad}, spec, "up")
 
 
+def test_the_uplink_spec_declares_parameters_and_normalisation_statistics_from_the_model():
+    """The update screening measures each kind apart (engine/screen.py); FedAvg learns which entries are
+    parameters and which buffers from the model it starts the server from, never from the names."""
+    fedavg = FedAvg()
+    assert {k: s.kind for k, s in fedavg.uplink_spec({"weights": {"fc.weight": torch.zeros(1, 2)}}).items()} == {
+        "fc.weight": "parameters"}  # before init_server: every entry counts as a parameter
+    spec = fedavg.uplink_spec(fedavg.init_server(Tiny(), 3))
+    assert {k: s.kind for k, s in spec.items()} == {
+        "fc.weight": "parameters", "fc.bias": "parameters", "bn.weight": "parameters", "bn.bias": "parameters",
+        "bn.running_mean": "statistics", "bn.running_var": "statistics", "bn.num_batches_tracked": "statistics"}
+    local = FedAvg(bn="local")
+    assert {s.kind for s in local.uplink_spec(local.init_server(Tiny(), 3)).values()} == {"parameters"}
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_weighted_average_rounds_as_the_textbook_loop_does(seed):
     """Bit for bit ``acc += t.double() * w_k`` (FedAvg's records before its buffer reuse, issue 38)."""

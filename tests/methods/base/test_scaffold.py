@@ -95,3 +95,12 @@ def test_server_step_and_variate_average_over_all_clients():
     np.testing.assert_allclose(new["weights"]["head.bias"].numpy(), B0 + 0.5 * (np.array([0.5, 0.5]) - B0), rtol=1e-6)
     np.testing.assert_allclose(new["control"]["head.bias"].numpy(), [1.0 + 4.0 / 4, -1.0 + 4.0 / 4])
     np.testing.assert_allclose(new["control"]["head.weight"].numpy(), np.full((2, 2), 0.25))
+
+
+def test_the_uplink_declares_the_control_variate_changes_as_their_own_kind():
+    """``dc/*`` have no counterpart in the downlink (the screen measures them by their own norm,
+    engine/screen.py): they are ``control``, the weights parameters."""
+    scaffold = SCAFFOLD()
+    spec = scaffold.uplink_spec(scaffold.init_server(Linear2(), 4))
+    assert {k: s.kind for k, s in spec.items()} == {"head.weight": "parameters", "head.bias": "parameters",
+                                                    "dc/head.weight": "control", "dc/head.bias": "control"}

@@ -15,6 +15,8 @@ computed itself):
 - ``sign_flip``: ``2 w_g - w_k`` (its update ``w_k - w_g`` negated);
 - ``scale``: ``w_g + s (w_k - w_g)``;
 - ``gaussian``: ``w_g + N(0, std^2)`` per coordinate (an update of pure noise);
+- ``free_ride``: ``w_g``, buffers included: the received model sent back unchanged, the commonest
+  misbehaviour of real clients (a client that does not train; its update is 0 in every tensor);
 - ``fill``: every value ``s``, buffers included (default ``s``: half the part's magnitude bound,
   ``trust.max_abs``, so the upload passes it: the in-bound scaling attack of issue 41);
 - ``nan`` / ``inf``: every value NaN / +inf (the trust boundary rejects the reply);
@@ -54,7 +56,7 @@ from fedaug.metrics.tasks import Task
 from fedaug.privacy.noise import add_gaussian_noise
 
 #: kinds that change the server rule's part by default: the model update
-UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "fill", "nan", "inf")
+UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "free_ride", "fill", "nan", "inf")
 #: kinds that change every other component's part by default: what augmentations share
 SHARED_KINDS = ("stats", "features")
 #: update kinds that keep an attacked upload valid: they leave the model's buffers as trained (:class:`Attack`)
@@ -165,6 +167,8 @@ def poison_tensor(kind: str, key: str, t: Tensor, received: Tensor | None, g: to
         return w_g + scale * (t - w_g)
     if kind == "gaussian":
         return add_gaussian_noise(w_g, std, g)
+    if kind == "free_ride":
+        return w_g.clone()  # never the received tensor itself
     raise ValueError(f"unknown attack kind '{kind}'")
 
 
@@ -172,7 +176,7 @@ def poison_part(kind: str, part: Part, received: Part, g: torch.Generator, *, sc
                 keep: frozenset[str] = frozenset()) -> Part:
     """``part`` with every non-empty floating tensor through :func:`poison_tensor`; ``received`` is the
     part the client received for the same component (its tensors of equal shape are ``w_g``). The
-    update kinds (:data:`UPDATE_KINDS` but NaN/Inf) leave the entries named in ``keep`` as trained."""
+    kinds in :data:`STEALTHY` leave the entries named in ``keep`` as trained."""
     out = {}
     for key, t in part.items():
         if not t.is_floating_point() or t.numel() == 0 or (key in keep and kind in STEALTHY):

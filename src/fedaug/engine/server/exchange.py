@@ -61,6 +61,8 @@ class PhaseResult:
         down, up: bytes per message part (component name, or ``meters``), per direction.
         distances: with ``against_sent``, per accepted client, per part, each entry's distance to what
             the server sent (:class:`~fedaug.core.payload.Against`).
+        specs: the specs the replies were checked against, by part name (what each entry is: its
+            :attr:`~fedaug.core.payload.TensorSpec.kind`).
     """
 
     replies: dict[int, Reply] = field(default_factory=dict)
@@ -69,6 +71,7 @@ class PhaseResult:
     down: dict[str, int] = field(default_factory=dict)
     up: dict[str, int] = field(default_factory=dict)
     distances: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    specs: dict[str, Spec] = field(default_factory=dict)
 
     def comm(self) -> dict[str, Any]:
         """The phase's traffic as round records show it."""
@@ -93,13 +96,14 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
             :meth:`~fedaug.config.schema.TrustConfig.bound`.
         against_sent: check each reply's parts against the parts sent to that client
             (:class:`~fedaug.core.payload.Against`): entries within bounds by their distance to what was
-            sent are not read again, and the distances (the update norms' terms) are kept in
-            :attr:`PhaseResult.distances`; one pass over every upload for both.
+            sent (or, for an entry with no counterpart there, by their norm) are not read again, and the
+            distances (the update norms' terms) are kept in :attr:`PhaseResult.distances`; one pass over
+            every upload for both.
 
     Returns:
         The accepted replies, the rejected and dropped clients with reasons, and the bytes.
     """
-    out = PhaseResult(down={c.name: 0 for c in senders}, up={name: 0 for name in reply_specs})
+    out = PhaseResult(down={c.name: 0 for c in senders}, up={name: 0 for name in reply_specs}, specs=dict(reply_specs))
 
     sent: dict[int, Message] = {}
     cache: dict[object, Any] = {}

@@ -178,7 +178,7 @@ class Server:
         else:
             specs = {c.name: c.uplink_spec(self.server[c.name], phase) for c in senders}
         return exchange(phase, r, lr, client_ids, self.fleet, senders, server, specs, self.cfg.trust.bound,
-                        against_sent=phase == "train" and self.recipe.base.keeps_global_model)
+                        against_sent=phase == "train")
 
     def _aggregate(self, phase: Phase, r: int, result: PhaseResult) -> dict[str, str] | None:
         """Each component that replies in ``phase`` folds the accepted replies, sorted by client id
@@ -210,8 +210,8 @@ class Server:
         """Sample, train the sampled clients, validate and aggregate their replies, run the
         post-aggregation query if a component replies in it; return the round record. Clients that
         err or time out are recorded under ``dropped``, failed replies under ``rejected`` (with the
-        training uploads screened against the round's update norms first, recorded under
-        ``updates``: :func:`~fedaug.engine.server.screening.screen_updates`). With fewer than
+        training uploads screened against the round's update norms per part and kind first, recorded
+        under ``updates``: :func:`~fedaug.engine.server.screening.screen_updates`). With fewer than
         ``train.min_clients`` valid training replies the round keeps the previous global state
         (``aggregate``: ``kept``) or, with ``train.on_empty_round = "stop"``, the run stops with the
         reasons. A round in which sampled clients attack (``[attack]``) says so under ``attack``.
@@ -222,9 +222,8 @@ class Server:
         t0 = time.perf_counter()
         lr = learning_rate(cfg.train, r)
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
-        base = self.recipe.base
         train = self._exchange("train", r, lr, sampled)  # with each upload's distances to what it was sent
-        updates = screen_updates(cfg.trust, base, self.server[base.name], train, r)
+        updates = screen_updates(cfg.trust, self.recipe.participants("train"), self.server, train, r)
         rejected, dropped = list(train.rejected), list(train.dropped)
         enough = len(train.replies) >= cfg.train.min_clients
         if not enough:

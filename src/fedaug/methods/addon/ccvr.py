@@ -16,6 +16,9 @@ from fedaug.methods.options import check_range
 from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.recipe import METHODS
 
+#: each entry's kind (:data:`~fedaug.core.payload.KINDS`): the class counts grow with a client's data
+KINDS = {"mean": "shared", "cov": "shared", "count": "data"}
+
 
 def class_statistics(z: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
     """Per-class mean ``(K, D)``, unbiased covariance ``(K, D, D)`` (0 for classes with < 2
@@ -190,7 +193,7 @@ class CCVR(Component):
                 "count": TensorSpec((k,), torch.float32, low=0.0)}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server.items()} if phase == "train" else {}
+        return {k: TensorSpec.like(v, kind=KINDS[k]) for k, v in server.items()} if phase == "train" else {}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         mean, cov, count = merge_statistics(torch.stack([u.part["mean"] for u in uplinks]),

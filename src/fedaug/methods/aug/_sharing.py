@@ -48,7 +48,8 @@ def pool_downlink_spec(y_dtype: torch.dtype) -> Spec:
 
 def pool_uplink_spec(d: int | None, y: TensorSpec) -> Spec:
     """Contributions: ``x (n, d)``, labels ``y`` with the same ``n`` rows, and ``have >= 0``."""
-    return {"x": TensorSpec(("rows", d), torch.float32), "y": y, "have": TensorSpec((), torch.int64, low=0)}
+    return {"x": TensorSpec(("rows", d), torch.float32, kind="data"), "y": y,
+            "have": TensorSpec((), torch.int64, low=0, kind="data")}
 
 
 def merge_pool(held: State, part: Part, name: str) -> dict[str, Tensor]:

@@ -46,7 +46,7 @@ class FedData(PoolAug):
     def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
         """Integer labels in ``[0, K)``: one per sample (``output = (K,)``) or one per pixel/voxel
         (``output = (K, *spatial)``)."""
-        return TensorSpec(("rows", math.prod(output[1:])), torch.int64, low=0, high=output[0] - 1)
+        return TensorSpec(("rows", math.prod(output[1:])), torch.int64, low=0, high=output[0] - 1, kind="data")
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         n = len(ctx.data)

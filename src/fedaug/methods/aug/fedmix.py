@@ -136,7 +136,7 @@ class FedMix(PoolAug):
 
     def label_spec(self, output: tuple[int, ...]) -> TensorSpec:
         """Mean soft labels ``(n, K)``, each value in ``[0, 1]``."""
-        return TensorSpec(("rows", output[0]), torch.float32, low=0.0, high=1.0)
+        return TensorSpec(("rows", output[0]), torch.float32, low=0.0, high=1.0, kind="data")
 
     def contribution(self, ctx: ClientCtx) -> tuple[Tensor, Tensor]:
         require_classification(ctx, self.name)

@@ -244,8 +244,8 @@ class FLea(Component):
     def _rows_spec(self, width: int | None) -> Spec:
         """Shared rows: ``features (n, width)`` and ``labels (n,)`` in ``[0, num_classes)``, the
         class count from :meth:`setup` (known from round 1)."""
-        return {"features": TensorSpec(("rows", width), torch.float32),
-                "labels": TensorSpec(("rows",), torch.int64, low=0,
+        return {"features": TensorSpec(("rows", width), torch.float32, kind="data"),
+                "labels": TensorSpec(("rows",), torch.int64, low=0, kind="data",
                                      high=None if self._classes is None else self._classes - 1)}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:

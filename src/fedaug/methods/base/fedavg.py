@@ -50,6 +50,14 @@ def norm_stat_keys(model: nn.Module) -> list[str]:
     return keys
 
 
+def entry_kinds(model: nn.Module) -> dict[str, str]:
+    """The kind (:data:`~fedaug.core.payload.KINDS`) of each of ``model``'s ``state_dict`` entries, as the
+    update screening measures them apart: ``"parameters"`` for its parameters, ``"statistics"`` for its
+    buffers (BatchNorm's running means and variances, which the forward pass accumulates)."""
+    kinds = {k: "statistics" for k, _ in model.named_buffers()}
+    return {**kinds, **{k: "parameters" for k, _ in model.named_parameters()}}
+
+
 def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
     """``sum_k w_k t_k / sum_k w_k`` in float64, cast back to the inputs' dtype (FedAvg, Alg. 1).
 
@@ -126,6 +134,7 @@ class FedAvg(Component):
             self.releases = (GaussianRelease("model update", self.noise_multiplier, self.clip_norm,
                                              "every_round", "client"),)
         self._received: Part = {}  # the global weights this client trains from (clip_at="client")
+        self._kinds: dict[str, str] = {}  # each shared entry's kind (entry_kinds), known from init_server on
 
     def _local_keys(self, model: nn.Module) -> list[str]:
         return norm_stat_keys(model) if self.bn == "local" else []
@@ -181,6 +190,7 @@ class FedAvg(Component):
 
     # --- server side -----------------------------------------------------------------------
     def init_server(self, model: nn.Module, num_clients: int) -> State:
+        self._kinds = entry_kinds(model)
         return {"weights": {k: v.detach().clone() for k, v in self._shared(model).items()}}
 
     def downlink(self, server: State, client_id: int, phase: Phase = "train") -> Part:
@@ -190,13 +200,14 @@ class FedAvg(Component):
         return {k: TensorSpec.like(v) for k, v in self._shared(model).items()}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        """The shared weights' shapes and dtypes; BatchNorm running variances and batch counters
-        must be >= 0 (a negative variance, e.g. a sign-flipped update, would make the averaged
-        model's normalisation NaN for everyone)."""
+        """The shared weights' shapes and dtypes, and their kinds (parameters or normalisation statistics,
+        :func:`entry_kinds`; an entry of unknown origin counts as a parameter); BatchNorm running variances
+        and batch counters must be >= 0 (a negative variance, e.g. a sign-flipped update, would make the
+        averaged model's normalisation NaN for everyone)."""
         if phase != "train":
             return {}
-        return {k: dataclasses.replace(TensorSpec.like(v), low=0) if _entry(k) in NONNEGATIVE else TensorSpec.like(v)
-                for k, v in server["weights"].items()}
+        specs = {k: TensorSpec.like(v, kind=self._kinds.get(k, "parameters")) for k, v in server["weights"].items()}
+        return {k: dataclasses.replace(s, low=0) if _entry(k) in NONNEGATIVE else s for k, s in specs.items()}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train",
                   rng: torch.Generator | None = None) -> State:

@@ -52,7 +52,7 @@ class FedNova(FedAvg):
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         spec = super().uplink_spec(server, phase)
-        return {**spec, "a_norm": TensorSpec((), torch.float32)} if phase == "train" else spec
+        return {**spec, "a_norm": TensorSpec((), torch.float32, kind="control")} if phase == "train" else spec
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average

@@ -16,11 +16,16 @@ from fedaug.methods.component import Batch, ClientCtx, Component, Phase, State, 
 from fedaug.methods.recipe import METHODS
 
 
+#: each entry's kind (:data:`~fedaug.core.payload.KINDS`): the class counts grow with a client's data
+KINDS = {"protos": "shared", "counts": "data"}
+
+
 def prototype_spec(model: nn.Module) -> Spec:
     """Prototypes ``(K, D)`` and per-class weights ``(K,)`` for ``model``'s linear head."""
     _, head = classifier_head(model)
     k, d = head.out_features, head.in_features
-    return {"protos": TensorSpec((k, d), torch.float32), "counts": TensorSpec((k,), torch.float32, low=0.0)}
+    return {"protos": TensorSpec((k, d), torch.float32),
+            "counts": TensorSpec((k,), torch.float32, low=0.0, kind=KINDS["counts"])}
 
 
 @METHODS.register("fedproto", "FedProto (Tan et al. 2022): local models, shared class prototypes (lam)")
@@ -95,7 +100,7 @@ class FedProto(Component):
         return prototype_spec(model) if phase == "train" else {}
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
-        return {k: TensorSpec.like(v) for k, v in server.items()} if phase == "train" else {}
+        return {k: TensorSpec.like(v, kind=KINDS[k]) for k, v in server.items()} if phase == "train" else {}
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         n = torch.stack([u.part["counts"] for u in uplinks])  # (S, K)

@@ -119,7 +119,7 @@ class SCAFFOLD(FedAvg):
 
     def uplink_spec(self, server: State, phase: Phase = "train") -> Spec:
         spec = super().uplink_spec(server, phase)
-        return {**spec, **{DELTA + k: TensorSpec.like(v) for k, v in server["control"].items()}} if phase == "train" else spec
+        return {**spec, **{DELTA + k: TensorSpec.like(v, kind="control") for k, v in server["control"].items()}} if phase == "train" else spec
 
     def aggregate(self, server: State, uplinks: Sequence[Uplink], phase: Phase = "train") -> State:
         weights = dict(super().aggregate(server, uplinks)["weights"])  # buffers: FedAvg's average
