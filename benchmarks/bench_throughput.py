@@ -128,29 +128,37 @@ class BareLoop:
         self.model = build_model(job.model, job.channels, 10).to(device)
         self.global_sd = {k: v.clone() for k, v in self.model.state_dict().items()}
 
-    def run_round(self, r: int) -> None:
+    def sampled(self, r: int) -> list[int]:
+        """Round ``r``'s clients (a seeded draw of ``per_round`` ids)."""
+        perm = torch.randperm(self.job.num_clients, generator=torch.Generator().manual_seed(r))
+        return sorted(int(k) for k in perm[:self.job.per_round])
+
+    def local_steps(self, opt: torch.optim.Optimizer, r: int, k: int) -> int:
+        """Client ``k``'s local SGD steps of round ``r`` on reshuffled mini-batches; returns its sample count."""
         job, device, model = self.job, self.device, self.model
-        sampled = sorted(torch.randperm(job.num_clients, generator=torch.Generator().manual_seed(r))[:job.per_round])
+        client = self.data.clients[k]
+        model.train()
+        g = torch.Generator(device).manual_seed(1000 * r + k)
+        x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
+        bs = min(job.batch, n)
+        batches: list[torch.Tensor] = []
+        while len(batches) < job.steps:
+            perm = torch.randperm(n, generator=g, device=device)
+            batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
+        for idx in batches[:job.steps]:
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        return n
+
+    def run_round(self, r: int) -> None:
+        model = self.model
         states, sizes = [], []
-        for k in sampled:
-            client = self.data.clients[int(k)]
+        for k in self.sampled(r):
             model.load_state_dict(self.global_sd)
-            model.train()
             opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-            g = torch.Generator(device).manual_seed(1000 * r + int(k))
-            x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
-            bs = min(job.batch, n)
-            batches: list[torch.Tensor] = []
-            while len(batches) < job.steps:
-                perm = torch.randperm(n, generator=g, device=device)
-                batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
-            for idx in batches[:job.steps]:
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
+            sizes.append(self.local_steps(opt, r, k))
             states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
-            sizes.append(n)
         total = sum(sizes)
         self.global_sd = {name: (sum(s[name].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
                           if v.is_floating_point() else max(s[name] for s in states)
@@ -172,28 +180,15 @@ class LeanLoop(BareLoop):
         self.sum = [torch.zeros_like(t) for t in self.floats]
 
     def run_round(self, r: int) -> None:
-        job, device, model, opt = self.job, self.device, self.model, self.opt
-        sampled = sorted(torch.randperm(job.num_clients, generator=torch.Generator().manual_seed(r))[:job.per_round])
-        clients = [self.data.clients[int(k)] for k in sampled]
-        total = sum(len(c.train) for c in clients)
+        sampled = self.sampled(r)
+        total = sum(len(self.data.clients[k].train) for k in sampled)
         torch._foreach_zero_(self.sum)
         ints = None
-        for k, client in zip(sampled, clients):
+        for k in sampled:
             with torch.no_grad():
                 torch._foreach_copy_(self.entries, self.global_entries)
-            model.train()
-            opt.state.clear()
-            g = torch.Generator(device).manual_seed(1000 * r + int(k))
-            x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
-            bs = min(job.batch, n)
-            batches: list[torch.Tensor] = []
-            while len(batches) < job.steps:
-                perm = torch.randperm(n, generator=g, device=device)
-                batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
-            for idx in batches[:job.steps]:
-                opt.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-                opt.step()
+            self.opt.state.clear()
+            n = self.local_steps(self.opt, r, k)
             with torch.no_grad():
                 torch._foreach_add_(self.sum, [t.detach() for t in self.floats], alpha=n / total)
                 counts = [t for t in self.entries if not t.is_floating_point()]
