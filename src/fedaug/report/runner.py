@@ -167,9 +167,9 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
 
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
 #: thread count it started with, a grid directory may be moved, a reused run keeps its name, where a run
-#: computes (worker processes, their devices) changes none of its numbers, and where it is tracked ([log])
-#: is not part of the experiment
-IGNORED = ("threads", "out_dir", "name", "workers", "devices", "log")
+#: computes (worker processes, their devices, Ray actors and what they reserve) changes none of its numbers, and
+#: where it is tracked ([log]) is not part of the experiment
+IGNORED = ("threads", "out_dir", "name", "workers", "devices", "fleet", "ray", "log")
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
