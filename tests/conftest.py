@@ -132,3 +132,21 @@ def own_registries(monkeypatch, tmp_path) -> Iterator[None]:
     for name in set(sys.modules) - before:
         if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path)):
             del sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A Ray cluster on loopback (a head and a worker node: tests/ray_cluster.py), started once per session
+    and stopped after it; this process connected to it."""
+    pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'fedaug[ray]' (make setup "
+                                      "installs it)")
+    from tests import ray_cluster as loopback
+
+    yield from loopback.start()
+
+
+@pytest.fixture
+def on_ray(ray_cluster) -> Any:
+    """The session's loopback Ray cluster, this process connected to it (again, where a test disconnected it)."""
+    ray_cluster.connect()
+    return ray_cluster

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import platform
 import socket
+import warnings
 from typing import Any
 
 from fedaug.core.errors import ConfigError
@@ -57,10 +58,12 @@ def connect(address: str) -> Any:
     if target not in ("local", "auto") and "://" not in target:
         _check_reachable(target, fix)  # Ray itself retries a silent address for minutes
     try:
-        if target == "local":
-            ray.init(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
-        else:
-            ray.init(address=target, logging_level="WARNING", log_to_driver=False)
+        with warnings.catch_warnings():  # Ray's notice of a change of its own defaults, which fedaug does not meet
+            warnings.simplefilter("ignore", FutureWarning)
+            if target == "local":
+                ray.init(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
+            else:
+                ray.init(address=target, logging_level="WARNING", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"no Ray cluster answers at {target!r} ({exc}); {fix}") from None
     return ray
@@ -84,15 +87,16 @@ def software() -> dict[str, str]:
     return {"python": platform.python_version(), "fedaug": __version__, "torch": torch.__version__}
 
 
-def check_software(node: str, theirs: dict[str, str]) -> None:
-    """Raise unless ``theirs`` (:func:`software` on a node) equals this process's.
+def check_software(node: str, theirs: dict[str, str], ours: dict[str, str] | None = None) -> None:
+    """Raise unless ``theirs`` (:func:`software` on a node) equals the driver's (``ours``; default: this
+    process's :func:`software`).
 
     Raises:
         ConfigError: naming the node and each version that differs, with the fix.
     """
-    ours = software()
+    ours = software() if ours is None else ours
     differ = [f"{k} {theirs.get(k)} there, {v} here" for k, v in ours.items() if theirs.get(k) != v]
     if differ:
-        raise ConfigError(f"Ray node {node} runs other software than this process ({'; '.join(differ)}): the "
-                          "numbers would differ; install the same versions on every node, or run with a Ray runtime "
+        raise ConfigError(f"Ray node {node} runs other software than the driver ({'; '.join(differ)}): the numbers "
+                          "would differ; install the same versions on every node, or run with a Ray runtime "
                           "environment that does (docs/cluster.md)")

@@ -224,7 +224,7 @@ def _check_fits(ray: Any, cpus: float, gpus: float) -> None:
         ConfigError: naming what an actor reserves and what each node has.
     """
     nodes = [n for n in ray.nodes() if n["Alive"]]
-    have = [(n["NodeManagerAddress"], n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0)) for n in nodes]
+    have = sorted((n["NodeManagerAddress"], n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0)) for n in nodes)
     if not any(c >= cpus and g >= gpus for _, c, g in have):
         listed = "; ".join(f"{ip}: {c:g} CPU, {g:g} GPU" for ip, c, g in have) or "none alive"
         raise ConfigError(f"fleet = 'ray': each worker actor reserves {cpus:g} CPU and {gpus:g} GPU, but no node of the "
