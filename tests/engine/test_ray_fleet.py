@@ -120,5 +120,5 @@ def test_what_fleet_ray_cannot_be_combined_with_is_refused(extra, message):
 def test_execution_order_is_refused_on_ray():
     cfg = validate({**tiny_raw(), "fleet": "ray"})
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
-    with pytest.raises(ConfigError, match="set workers=1 and fleet='local' to choose the order"):
+    with pytest.raises(ConfigError, match="with fleet = 'ray' they run as actors become free: set fleet='local' and workers=1 to choose the order"):
         Simulation(cfg, data, Recipe(FedAvg(), []), execution_order=lambda ids: ids[::-1])

@@ -56,10 +56,13 @@ class Simulation(Server):
         federation.check(cfg)
         device = resolve_device(cfg.device)
         fleet: InProcessFleet | ProcessFleet | RayFleet
-        if execution_order is not None and (cfg.workers > 1 or cfg.fleet == "ray"):
+        if execution_order is not None and cfg.fleet == "ray":
             raise ConfigError("execution_order runs clients in a given order on one worker in this process; with "
-                              f"{'fleet = ray' if cfg.fleet == 'ray' else 'workers > 1'} they run as workers become "
-                              "free: set workers=1 and fleet='local' to choose the order")
+                              "fleet = 'ray' they run as actors become free: set fleet='local' and workers=1 to "
+                              "choose the order")
+        if execution_order is not None and cfg.workers > 1:
+            raise ConfigError("execution_order runs clients in a given order on one worker; with workers > 1 "
+                              "they run as workers become free: set workers=1 to choose the order")
         if cfg.fleet == "ray":
             fleet = RayFleet(cfg, recipe, data, device)  # pickles the recipe before its setup
             model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)

@@ -261,8 +261,7 @@ def _collect(ray: Any, ref: Any, cell: Cell) -> CellOutcome:
     is a failed cell that the next ``fedaug compare`` resumes."""
     try:
         outcome, blob = ray.get(ref)
-    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
-            ray.exceptions.TaskCancelledError) as exc:
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
         return CellOutcome(cell, "failed", None, 0.0, f"its Ray task was lost after {RETRIES} retries "
                            f"({type(exc).__name__}); run fedaug compare again to resume it")
     if blob is not None:
