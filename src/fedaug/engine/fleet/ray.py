@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -67,11 +67,24 @@ class RayWorker:
     def __init__(self, setup: WorkerSetup) -> None:
         self.cfg = validate(setup.config)
         configure_process(self.cfg.threads, self.cfg.deterministic)
+        self._phase: tuple[str, int] | None = None
+        self._seen: dict[Any, torch.Tensor] = {}  # this phase's tensors, by object ref
         try:
             self.worker, self.clients = build_worker(self.cfg, setup)
             self.failure: tuple[BaseException | None, str] | None = None
         except Exception as exc:  # noqa: BLE001 - raised again in the server process, with the first task
             self.failure = (picklable(exc), traceback.format_exc())
+
+    def _resolve(self, phase: tuple[str, int], refs: dict[str, dict[str, Any]]) -> Message:
+        """The message of ``refs``, each object read once per phase (the server sends every client of a
+        phase the same global weights: one copy travels to this actor, not one per client)."""
+        import ray
+
+        if self._phase != phase:
+            self._phase, self._seen = phase, {}
+        fresh = [ref for part in refs.values() for ref in part.values() if ref not in self._seen]
+        self._seen.update(zip(fresh, ray.get(fresh)))
+        return {name: {k: self._seen[ref] for k, ref in part.items()} for name, part in refs.items()}
 
     def where(self) -> dict[str, Any]:
         """The actor's node (id and address), process, CPU and software (:func:`~fedaug.core.cluster.software`)."""
@@ -80,10 +93,12 @@ class RayWorker:
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
                 "pid": os.getpid(), "cpu": cpu_name(), "software": software()}
 
-    def run(self, task: Task) -> Answered | Failed:
-        """Answer ``task``; the reply's tensors on the CPU (any node can read them)."""
+    def run(self, task: Task, refs: dict[str, dict[str, Any]]) -> Answered | Failed:
+        """Answer ``task``, whose message's tensors are in ``refs`` (``{component: {name: object ref}}``,
+        :meth:`RayFleet._lift`); the reply's tensors on the CPU (any node can read them)."""
         if self.failure is not None:
             return Failed(task.client, *self.failure)
+        task = replace(task, message=self._resolve((task.phase, task.round), refs))
         with deterministic_algorithms(self.cfg.deterministic):
             got = answer(self.worker, self.clients, task)
         return Answered(got.client, reply_on(got.reply, CPU)) if isinstance(got, Answered) else got
@@ -185,13 +200,13 @@ class RayFleet(StatesHere):
         ray = import_ray()
         queue = longest_first(phase, ids, self.clients, self.cfg.train)
         running: dict[Any, _Actor] = {}
+        sent: dict[int, tuple[torch.Tensor, int, Any]] = {}  # this phase's tensors: id -> (tensor, version, ref)
         while queue or running:
             for a in actors:
                 if a.client is None and queue:
                     a.client = queue.popleft()
-                    task = Task(phase, a.client, r, lr, to_device(message(a.client), CPU),
-                                to_device(self.client_states.get(a.client, {}), CPU))
-                    running[a.handle.run.remote(task)] = a
+                    task = Task(phase, a.client, r, lr, {}, to_device(self.client_states.get(a.client, {}), CPU))
+                    running[a.handle.run.remote(task, _lift(ray, message(a.client), sent))] = a
             ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
                 a = running.pop(ref)
@@ -214,6 +229,25 @@ class RayFleet(StatesHere):
         if isinstance(got, Failed):
             raise_failure(got, r, phase, f"Ray worker actor {a.name} ({a.where})")
         return reply_on(got.reply, self.device)
+
+
+def _lift(ray: Any, message: Message, sent: dict[int, tuple[torch.Tensor, int, Any]]) -> dict[str, dict[str, Any]]:
+    """``message`` with each tensor replaced by an object ref in Ray's store: a tensor already put in this
+    phase (the same object, unchanged since) by the same ref, so that the global weights go into the store
+    once per phase, not once per client (as the process pool's channel sends them once).
+
+    Args:
+        sent: the phase's tensors so far, ``id -> (tensor kept alive, version, ref)``; updated.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, part in message.items():
+        out[name] = {}
+        for k, t in part.items():
+            seen = sent.get(id(t))
+            if seen is None or seen[0] is not t or seen[1] != t._version:
+                seen = sent[id(t)] = (t, t._version, ray.put(t.detach().to(CPU)))
+            out[name][k] = seen[2]
+    return out
 
 
 def _check_fits(ray: Any, cpus: float, gpus: float) -> None:
