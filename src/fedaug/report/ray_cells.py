@@ -43,7 +43,7 @@ from fedaug.core.cluster import check_software, connect, software
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import configure_process
 from fedaug.engine.records.progress import RoundUpdate
-from fedaug.report.runner import Cell, CellOutcome, GridWatch, deliver, claim, compute, find_run, settle
+from fedaug.report.runner import Cell, CellOutcome, GridWatch, claim, compute, deliver, find_run, settle
 
 #: how cells' files reach the output directory (module docstring)
 FILES = ("auto", "shared", "shipped")

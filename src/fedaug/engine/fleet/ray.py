@@ -30,7 +30,7 @@ import torch
 
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.cluster import check_software, connect, import_ray, software
-from fedaug.core.device import cpu_name, to_device
+from fedaug.core.device import to_device
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
 from fedaug.core.runtime import configure_process, deterministic_algorithms
@@ -67,7 +67,7 @@ class RayWorker:
     def __init__(self, setup: WorkerSetup) -> None:
         self.cfg = validate(setup.config)
         configure_process(self.cfg.threads, self.cfg.deterministic)
-        self._phase: tuple[str, int] | None = None
+        self._phase = -1  # the phase whose tensors _seen holds (RayFleet's count)
         self._seen: dict[Any, torch.Tensor] = {}  # this phase's tensors, by object ref
         try:
             self.worker, self.clients = build_worker(self.cfg, setup)
@@ -75,7 +75,7 @@ class RayWorker:
         except Exception as exc:  # noqa: BLE001 - raised again in the server process, with the first task
             self.failure = (picklable(exc), traceback.format_exc())
 
-    def _resolve(self, phase: tuple[str, int], refs: dict[str, dict[str, Any]]) -> Message:
+    def _resolve(self, phase: int, refs: dict[str, dict[str, Any]]) -> Message:
         """The message of ``refs``, each object read once per phase (the server sends every client of a
         phase the same global weights: one copy travels to this actor, not one per client)."""
         import ray
@@ -87,18 +87,19 @@ class RayWorker:
         return {name: {k: self._seen[ref] for k, ref in part.items()} for name, part in refs.items()}
 
     def where(self) -> dict[str, Any]:
-        """The actor's node (id and address), process, CPU and software (:func:`~fedaug.core.cluster.software`)."""
+        """The actor's node (id and address), process and software (:func:`~fedaug.core.cluster.software`)."""
         import ray
 
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid(), "cpu": cpu_name(), "software": software()}
+                "pid": os.getpid(), "software": software()}
 
-    def run(self, task: Task, refs: dict[str, dict[str, Any]]) -> Answered | Failed:
-        """Answer ``task``, whose message's tensors are in ``refs`` (``{component: {name: object ref}}``,
-        :meth:`RayFleet._lift`); the reply's tensors on the CPU (any node can read them)."""
+    def run(self, task: Task, phase: int, refs: dict[str, dict[str, Any]]) -> Answered | Failed:
+        """Answer ``task`` of the fleet's ``phase``-th phase, whose message's tensors are in ``refs``
+        (``{component: {name: object ref}}``, :func:`_lift`); the reply's tensors on the CPU (any node can
+        read them)."""
         if self.failure is not None:
             return Failed(task.client, *self.failure)
-        task = replace(task, message=self._resolve((task.phase, task.round), refs))
+        task = replace(task, message=self._resolve(phase, refs))
         with deterministic_algorithms(self.cfg.deterministic):
             got = answer(self.worker, self.clients, task)
         return Answered(got.client, reply_on(got.reply, CPU)) if isinstance(got, Answered) else got
@@ -139,6 +140,7 @@ class RayFleet(StatesHere):
         self._setup = WorkerSetup(cfg.to_dict(), method, pack(data, shared=False), tuple(data.input_shape),
                                   data.num_classes, data.task, actor_device(cfg))
         self._actors: list[_Actor] = []
+        self._phases = 0  # phases run so far: an actor keeps one phase's tensors
 
     # --- the actors ---------------------------------------------------------------------------
     def _start(self) -> list[_Actor]:
@@ -201,12 +203,13 @@ class RayFleet(StatesHere):
         queue = longest_first(phase, ids, self.clients, self.cfg.train)
         running: dict[Any, _Actor] = {}
         sent: dict[int, tuple[torch.Tensor, int, Any]] = {}  # this phase's tensors: id -> (tensor, version, ref)
+        self._phases += 1
         while queue or running:
             for a in actors:
                 if a.client is None and queue:
                     a.client = queue.popleft()
                     task = Task(phase, a.client, r, lr, {}, to_device(self.client_states.get(a.client, {}), CPU))
-                    running[a.handle.run.remote(task, _lift(ray, message(a.client), sent))] = a
+                    running[a.handle.run.remote(task, self._phases, _lift(ray, message(a.client), sent))] = a
             ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
                 a = running.pop(ref)
