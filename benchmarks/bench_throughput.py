@@ -128,33 +128,75 @@ class BareLoop:
         self.model = build_model(job.model, job.channels, 10).to(device)
         self.global_sd = {k: v.clone() for k, v in self.model.state_dict().items()}
 
-    def run_round(self, r: int) -> None:
+    def sampled(self, r: int) -> list[int]:
+        """Round ``r``'s clients (a seeded draw of ``per_round`` ids)."""
+        perm = torch.randperm(self.job.num_clients, generator=torch.Generator().manual_seed(r))
+        return sorted(int(k) for k in perm[:self.job.per_round])
+
+    def local_steps(self, opt: torch.optim.Optimizer, r: int, k: int) -> int:
+        """Client ``k``'s local SGD steps of round ``r`` on reshuffled mini-batches; returns its sample count."""
         job, device, model = self.job, self.device, self.model
-        sampled = sorted(torch.randperm(job.num_clients, generator=torch.Generator().manual_seed(r))[:job.per_round])
+        client = self.data.clients[k]
+        model.train()
+        g = torch.Generator(device).manual_seed(1000 * r + k)
+        x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
+        bs = min(job.batch, n)
+        batches: list[torch.Tensor] = []
+        while len(batches) < job.steps:
+            perm = torch.randperm(n, generator=g, device=device)
+            batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
+        for idx in batches[:job.steps]:
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        return n
+
+    def run_round(self, r: int) -> None:
+        model = self.model
         states, sizes = [], []
-        for k in sampled:
-            client = self.data.clients[int(k)]
+        for k in self.sampled(r):
             model.load_state_dict(self.global_sd)
-            model.train()
             opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-            g = torch.Generator(device).manual_seed(1000 * r + int(k))
-            x, y, n = client.train.x.to(device), client.train.y.to(device), len(client.train)
-            bs = min(job.batch, n)
-            batches: list[torch.Tensor] = []
-            while len(batches) < job.steps:
-                perm = torch.randperm(n, generator=g, device=device)
-                batches.extend(perm[i * bs:(i + 1) * bs] for i in range(n // bs))
-            for idx in batches[:job.steps]:
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
+            sizes.append(self.local_steps(opt, r, k))
             states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
-            sizes.append(n)
         total = sum(sizes)
         self.global_sd = {name: (sum(s[name].double() * (w / total) for s, w in zip(states, sizes))).to(v.dtype)
                           if v.is_floating_point() else max(s[name] for s in states)
                           for name, v in self.global_sd.items()}
+
+
+class LeanLoop(BareLoop):
+    """The leanest honest loop for the same work (issue 46; the floor of ``engine / lean``): one SGD optimiser
+    whose state is cleared per client (not built), the global weights copied into the model in place (no
+    ``load_state_dict``), each client's weights added into a float32 sum in place with its weight (no float64
+    temporaries, no copy per client), no synchronisation but the batches' own."""
+
+    def __init__(self, job: Job, threads: int, device: str = "cpu") -> None:
+        super().__init__(job, threads, device)
+        self.entries = list(self.model.state_dict(keep_vars=True).values())
+        self.floats = [t for t in self.entries if t.is_floating_point()]
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        self.global_entries = [t.detach().clone() for t in self.entries]
+        self.sum = [torch.zeros_like(t) for t in self.floats]
+
+    def run_round(self, r: int) -> None:
+        sampled = self.sampled(r)
+        total = sum(len(self.data.clients[k].train) for k in sampled)
+        torch._foreach_zero_(self.sum)
+        ints = None
+        for k in sampled:
+            with torch.no_grad():
+                torch._foreach_copy_(self.entries, self.global_entries)
+            self.opt.state.clear()
+            n = self.local_steps(self.opt, r, k)
+            with torch.no_grad():
+                torch._foreach_add_(self.sum, [t.detach() for t in self.floats], alpha=n / total)
+                counts = [t for t in self.entries if not t.is_floating_point()]
+                ints = [c.clone() for c in counts] if ints is None else [torch.maximum(a, c) for a, c in zip(ints, counts)]
+        with torch.no_grad():
+            fl, it = iter(self.sum), iter(ints or [])
+            for dst, src in zip(self.global_entries, self.entries):
+                dst.copy_(next(fl) if src.is_floating_point() else next(it))
 
 
 def timed_round(run, r: int, device: str) -> tuple[tuple[float, float], object]:
@@ -172,18 +214,18 @@ def bare_rounds(job: Job, rounds: int, threads: int, device: str = "cpu") -> lis
 
 
 def paired_rounds(job: Job, rounds: int, device: str = "cpu") -> dict[str, list[tuple[float, float]]]:
-    """The engine (workers = 1) and the bare loop in one process at one thread, round by round in
-    alternating order (engine first in odd rounds), so that what slows the machine for a moment
-    slows both: ``{"engine": [...], "bare": [...]}``, (wall, CPU) seconds of each round."""
+    """The engine (workers = 1), the bare loop and the lean loop in one process at one thread, round by round
+    in rotating order, so that what slows the machine for a moment slows all three: ``{"engine": [...],
+    "bare": [...], "lean": [...]}``, (wall, CPU) seconds of each round."""
     from fedaug.engine.run import build_simulation
 
-    loop = BareLoop(job, 1, device)
+    loop, lean = BareLoop(job, 1, device), LeanLoop(job, 1, device)
     sim = build_simulation(engine_config(job, rounds, 1, 1, device))
-    out: dict[str, list[tuple[float, float]]] = {"engine": [], "bare": []}
+    out: dict[str, list[tuple[float, float]]] = {"engine": [], "bare": [], "lean": []}
     with sim:
         for r in range(1, rounds + 1):
-            sides = [("engine", sim.run_round), ("bare", loop.run_round)]
-            for side, run in sides if r % 2 else sides[::-1]:
+            sides = [("engine", sim.run_round), ("bare", loop.run_round), ("lean", lean.run_round)]
+            for side, run in sides[r % 3:] + sides[:r % 3]:  # each side first, second and last in turn
                 out[side].append(timed_round(run, r, device)[0])
     return out
 
@@ -237,21 +279,25 @@ def compare_bare(jobs: list[Job], rounds: int, repeats: int, pin: int | None, de
           f"{repeats} repeats x {rounds} timed rounds after 1 warm-up, the two alternating round by round in one process)\n")
     print(HEADER)
     for job in jobs:
-        eng: list[list[float]] = []
-        bare: list[list[float]] = []
+        sides: dict[str, list[list[float]]] = {"engine": [], "bare": [], "lean": []}
         for _ in range(repeats):
-            both = measure(kind="paired", job=job.name, rounds=rounds + 1, pin=pin, device=device)["times"]
-            eng += both["engine"][1:]  # the first round pays one-time costs (lazy imports, allocator warm-up)
-            bare += both["bare"][1:]
+            got = measure(kind="paired", job=job.name, rounds=rounds + 1, pin=pin, device=device)["times"]
+            for side in sides:  # the first round pays one-time costs (lazy imports, allocator warm-up)
+                sides[side] += got[side][1:]
         peaks = {kind: measure(kind=kind, job=job.name, rounds=2, threads=1, workers=1, pin=pin,
                                device=device)["peak_mb"] for kind in ("engine", "bare")}
+        eng = sides["engine"]
         print(row(job, "fedaug engine", eng, peaks["engine"]))
-        print(row(job, "bare PyTorch", bare, peaks["bare"]))
-        wall, cpu = (statistics.median(t[i] for t in eng) / statistics.median(t[i] for t in bare) for i in (0, 1))
-        paired = sorted(e[0] / b[0] for e, b in zip(eng, bare))
-        quart = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
-        print(f"| {job.name} | **engine / bare** | **{wall:.3f}** | **{cpu:.3f}** | median of the {len(paired)} "
-              f"rounds' ratios {statistics.median(paired):.3f} (quartiles {quart[0]:.3f}-{quart[1]:.3f}) | | |")
+        print(row(job, "bare PyTorch (issue 38's floor)", sides["bare"], peaks["bare"]))
+        print(row(job, "lean PyTorch (the floor)", sides["lean"], None))
+        for floor in ("bare", "lean"):
+            base = sides[floor]
+            wall, cpu = (statistics.median(t[i] for t in eng) / statistics.median(t[i] for t in base) for i in (0, 1))
+            paired = sorted(e[0] / b[0] for e, b in zip(eng, base))
+            quart = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
+            print(f"| {job.name} | **engine / {floor}** | **{wall:.3f}** | **{cpu:.3f}** | median of the "
+                  f"{len(paired)} rounds' ratios {statistics.median(paired):.3f} (quartiles {quart[0]:.3f}-"
+                  f"{quart[1]:.3f}) | | |")
     print()
 
 

@@ -6,7 +6,7 @@
 # client's step replayed from CUDA graphs, train.cuda_graph, against eager steps, issue 39) on cuda. Each step has its own time limit
 # and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
-# The limits add up to 8.6 minutes (a device call may run 10); STEPS runs a subset, e.g. to rerun what overran
+# The limits add up to 9.4 minutes (a device call may run 10); STEPS runs a subset, e.g. to rerun what overran
 # with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 #   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh
@@ -14,7 +14,7 @@ set -u
 out=${OUT:-gpu-checks}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=src:.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
   local name=$1 limit=${LIMIT:-$2}; shift 2
   case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
@@ -30,3 +30,4 @@ step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --thre
 step bench_throughput 65 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
 step bench_graph 40 "$py" benchmarks/bench_throughput.py --jobs G --graph --device cuda --rounds 2 --repeats 1 --threads 8
+step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --executions grouped captured --methods fedavg scaffold fedfa fedfa_kernel vfda fedrdn flea

@@ -164,6 +164,7 @@ def test_the_record_types_of_a_round_live_in_the_protocol() -> None:
     from fedaug.engine import protocol
     from fedaug.engine.server import exchange
 
-    assert protocol.Dropped.__module__ == protocol.Malformed.__module__ == protocol.Reply.__module__ == "fedaug.engine.protocol"
+    assert {t.__module__ for t in (protocol.Dropped, protocol.Rejected, protocol.Malformed, protocol.Reply)} == {
+        "fedaug.engine.protocol"}
     assert not [n for n, v in vars(exchange).items() if isinstance(v, type) and v.__module__ == exchange.__name__
                 and n in ("Dropped", "Rejected", "Malformed")]

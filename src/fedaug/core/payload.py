@@ -278,8 +278,7 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
 
     Args:
         fused: how. ``False``: one ``aminmax`` per tensor (one pass over the data, no copy: the CPU's
-            way, where a call costs microseconds; a CPU tensor's two values are read at once, since
-            reading them waits for nothing). ``True``: each device's tensors of one dtype with
+            way, where a call costs microseconds), their values read once per dtype. ``True``: each device's tensors of one dtype with
             fewer than :data:`FUSED_MAX` values concatenated and reduced per tensor by
             :func:`torch.segment_reduce` (a handful of kernel launches instead of three per tensor:
             on a GPU, a message of a few hundred small tensors otherwise spends its time launching);
@@ -291,13 +290,13 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
     out: dict[str, tuple[float, float]] = {}
     groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
     rows: dict[torch.device, list[tuple[list[str], Tensor]]] = {}
+    cpu: dict[torch.dtype, list[tuple[str, tuple[Tensor, Tensor]]]] = {}
     with torch.no_grad():
         for name, t in tensors.items():
             if not isinstance(t, Tensor) or t.is_complex() or not t.numel():
                 continue
             if t.device.type == "cpu" and not fused:
-                lo, hi = (float(v.item()) for v in _min_max(t))
-                out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
+                cpu.setdefault(t.dtype, []).append((name, _min_max(t)))
             else:
                 groups.setdefault((t.device, t.dtype if t.is_floating_point() else torch.float64), {})[name] = t
         for (device, dtype), group in groups.items():
@@ -310,6 +309,12 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             if large:
                 extremes = torch.stack([torch.stack(_min_max(t)).double() for t in large.values()])
                 rows.setdefault(device, []).append((list(large), extremes))
+        for pairs in cpu.values():  # one host read per dtype, not two per tensor (issue 46)
+            values = torch.stack([v for _, lo_hi in pairs for v in lo_hi]).tolist()
+            rows_cpu = zip((n for n, _ in pairs), values[0::2], values[1::2], strict=True)
+            for name, lo, hi in rows_cpu:
+                lo, hi = float(lo), float(hi)
+                out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
     for parts in rows.values():
         values = torch.cat([v for _, v in parts]).tolist()  # the one synchronisation of this device
         for name, (lo, hi) in zip((n for names, _ in parts for n in names), values, strict=True):

@@ -67,6 +67,21 @@ class Dropped:
 
 
 @dataclass(frozen=True)
+class Rejected:
+    """A client's answer the server refused (a part that failed its check, an update over the screen's limit).
+
+    Args:
+        reason: why, naming the round, the client and the part.
+    """
+
+    reason: str
+
+    def record(self, client_id: int, phase: Phase) -> dict[str, Any]:
+        """The entry of the round record's ``rejected`` list."""
+        return {"client": client_id, "phase": RECORD_NAME[phase], "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Malformed:
     """A client's answer that could not be read as a :class:`Reply` (a Flower reply without its
     records, a value of the wrong type): the exchange rejects it with ``reason``, counting as uplink

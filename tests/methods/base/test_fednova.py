@@ -51,5 +51,5 @@ def test_adam_is_rejected():
     nova = FedNova()
     model = Linear2()
     server = nova.init_server(model, 1)
-    with pytest.raises(ConfigError, match=r"fednova normalises SGD updates; got train.optimizer=Adam"):
+    with pytest.raises(ConfigError, match=r"fednova normalises SGD updates; got train.optimizer='adam'"):
         run_client(Recipe(nova), model, {"fednova": nova.downlink(server, 0)}, optimizer="adam")

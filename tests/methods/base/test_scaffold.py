@@ -77,7 +77,7 @@ def test_option_two_needs_sgd():
     scaffold = SCAFFOLD()
     model = Linear2()
     down = {"scaffold": scaffold.downlink(scaffold.init_server(model, 1), 0)}
-    with pytest.raises(ConfigError, match="train.optimizer=Adam, set train.optimizer=sgd"):
+    with pytest.raises(ConfigError, match="train.optimizer='adam', set train.optimizer='sgd'"):
         run_client(Recipe(scaffold), model, down, steps=1, optimizer="adam")
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from fedaug.core.errors import PayloadError
 from fedaug.core.payload import Against, Message, Spec, message_nbytes, part_nbytes, validate_part
-from fedaug.engine.protocol import RECORD_NAME, Dropped, Fleet, Malformed, Reply
+from fedaug.engine.protocol import Dropped, Fleet, Malformed, Rejected, Reply
 from fedaug.methods.component import Component, Phase, State
 
 #: how a phase's parts are named in rejection messages.
@@ -56,7 +56,7 @@ class PhaseResult:
 
     Args:
         replies: the accepted replies, by client id.
-        rejected: ``{"client", "phase", "reason"}`` of each reply that failed its check.
+        rejected: :meth:`Rejected.record` of each reply that failed its check.
         dropped: :meth:`Dropped.record` of each client that did not answer.
         down, up: bytes per message part (component name, or ``meters``), per direction.
         distances: with ``against_sent``, per accepted client, per part, each entry's distance to what
@@ -77,6 +77,38 @@ class PhaseResult:
         """The phase's traffic as round records show it."""
         return {"down": self.down, "up": self.up, "down_total": sum(self.down.values()),
                 "up_total": sum(self.up.values())}
+
+
+def check_answer(phase: Phase, r: int, cid: int, answer: Reply | Malformed, reply_specs: Mapping[str, Spec],
+                 bound: Callable[[str], float | None], measured: Mapping[str, Against],
+                 up: dict[str, int]) -> Rejected | None:
+    """Count an answer's bytes into ``up`` and check it in full: every part against its spec (and its bound,
+    measured against what was sent where ``measured`` has it), no unexpected part, a training reply's metrics.
+
+    Returns:
+        ``None`` where it passes; else why it is refused.
+    """
+    where = f"round {r}: {WHAT[phase]} of client {cid}"
+    if isinstance(answer, Malformed) or not isinstance(answer.message, Mapping):
+        for name, nbytes in (answer.nbytes if isinstance(answer, Malformed) else {}).items():
+            if name in up:
+                up[name] += nbytes
+        return Rejected(f"{where}: {answer.reason if isinstance(answer, Malformed) else 'its message is not a dict of parts'}")
+    for name in reply_specs:
+        part = answer.message.get(name, {})
+        up[name] += part_nbytes(part) if isinstance(part, Mapping) else 0
+    try:
+        for name, spec in reply_specs.items():
+            validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name), measured.get(name))
+        extra = sorted(set(answer.message) - set(reply_specs), key=str)
+        if extra:
+            raise PayloadError(f"{where}: unexpected part(s) {', '.join(map(repr, extra))}")
+        problems = metrics_problems(answer.metrics) if phase == "train" else []
+        if problems:
+            raise PayloadError(f"{where}: " + "; ".join(problems))
+    except PayloadError as exc:
+        return Rejected(str(exc))
+    return None
 
 
 def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: Fleet,
@@ -120,33 +152,14 @@ def exchange(phase: Phase, r: int, lr: float, client_ids: Sequence[int], fleet: 
         if isinstance(answer, Dropped):
             out.dropped.append(answer.record(cid, phase))
             continue
-        where = f"round {r}: {WHAT[phase]} of client {cid}"
-        if isinstance(answer, Malformed) or not isinstance(answer.message, Mapping):
-            reason = answer.reason if isinstance(answer, Malformed) else "its message is not a dict of parts"
-            out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": f"{where}: {reason}"})
-            for name, nbytes in (answer.nbytes if isinstance(answer, Malformed) else {}).items():
-                if name in out.up:
-                    out.up[name] += nbytes
-            continue
-        for name in reply_specs:
-            part = answer.message.get(name, {})
-            out.up[name] += part_nbytes(part) if isinstance(part, Mapping) else 0
         built = sent.pop(cid, {})
-        measured = {name: Against(built.get(name, {}), cache) for name in reply_specs} if against_sent else {}
-        try:
-            for name, spec in reply_specs.items():
-                validate_part(answer.message.get(name, {}), spec, f"{where}, part '{name}'", bound(name),
-                              measured.get(name))
-            extra = sorted(set(answer.message) - set(reply_specs), key=str)
-            if extra:
-                raise PayloadError(f"{where}: unexpected part(s) {', '.join(map(repr, extra))}")
-            problems = metrics_problems(answer.metrics) if phase == "train" else []
-            if problems:
-                raise PayloadError(f"{where}: " + "; ".join(problems))
-        except PayloadError as exc:
-            out.rejected.append({"client": cid, "phase": RECORD_NAME[phase], "reason": str(exc)})
+        measured = ({name: Against(built.get(name, {}), cache) for name in reply_specs}
+                    if against_sent and isinstance(answer, Reply) else {})
+        refused = check_answer(phase, r, cid, answer, reply_specs, bound, measured, out.up)
+        if refused is not None:
+            out.rejected.append(refused.record(cid, phase))
             continue
-        out.replies[cid] = answer
+        out.replies[cid] = answer  # type: ignore[assignment]
         if against_sent:
             out.distances[cid] = {name: m.distances for name, m in measured.items()}
     return out

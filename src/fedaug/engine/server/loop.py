@@ -34,7 +34,7 @@ from fedaug.engine.client.attack import check_attack
 from fedaug.engine.server.evaluation import meters_of, meters_spec, summarize_eval
 from fedaug.engine.server.exchange import PhaseResult, exchange
 from fedaug.engine.server.finetune import finetune_senders
-from fedaug.engine.protocol import FINETUNED, METERS, Fleet
+from fedaug.engine.protocol import FINETUNED, METERS, Fleet, Rejected
 from fedaug.engine.records.progress import Progress
 from fedaug.engine.records.rundir import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
 from fedaug.engine.records.tracking import Tracker
@@ -224,51 +224,62 @@ class Server:
         sampled = sample_clients(cfg.seed, r, self.federation.num_clients, cfg.train.participation)
         train = self._exchange("train", r, lr, sampled)  # with each upload's distances to what it was sent
         updates = screen_updates(cfg.trust, self.recipe.participants("train"), self.server, train, r)
-        rejected, dropped = list(train.rejected), list(train.dropped)
         enough = len(train.replies) >= cfg.train.min_clients
-        if not enough:
-            reasons = "; ".join([f"client {x['client']}: {x['reason']}" for x in rejected]
-                                + [f"client {x['client']} dropped ({x['reason']}: {x['detail']})" for x in dropped])
-            short = (f"round {r}: only {len(train.replies)} of {len(sampled)} uploads passed validation, "
-                     f"fewer than train.min_clients={cfg.train.min_clients}")
-            if cfg.train.on_empty_round == "stop":
-                raise FedaugError(f"{short} ({reasons}); train.on_empty_round='keep' keeps the previous global "
-                                  "state and goes on")
-            kept = [{"phase": "train", "kept": "previous", "reason": short}]
-        else:
-            kept = [k for k in [self._aggregate("train", r, train)] if k]
-        order = sorted(train.replies)
-        down, up = dict(train.down), dict(train.up)
+        kept = [k for k in [self._aggregate("train", r, train)] if k] if enough else [self._too_few(r, len(sampled), train)]
         query = None
         if enough and any(c.uplink_spec(self.server[c.name], "query") for c in self.recipe.participants("query")):
-            query = self._exchange("query", r, lr, order)  # e.g. FLea: features of the new global model
+            query = self._exchange("query", r, lr, sorted(train.replies))  # e.g. FLea: new global model's features
             kept += [k for k in [self._aggregate("query", r, query)] if k]
-            for name, nbytes in query.down.items():
-                down[name] = down.get(name, 0) + nbytes
-            for name, nbytes in query.up.items():
-                up[name] = up.get(name, 0) + nbytes
-            rejected += query.rejected
-            dropped += query.dropped
         self.round = r
+        return self._round_record(r, lr, sampled, train, query, updates, kept, time.perf_counter() - t0)
+
+    def _too_few(self, r: int, num_sampled: int, train: PhaseResult) -> dict[str, Any]:
+        """Fewer than ``train.min_clients`` valid uploads: the previous global state is kept (the record says
+        why), or the run stops (``train.on_empty_round``).
+
+        Raises:
+            FedaugError: ``train.on_empty_round = "stop"``."""
+        cfg = self.cfg
+        reasons = "; ".join([f"client {x['client']}: {x['reason']}" for x in train.rejected]
+                            + [f"client {x['client']} dropped ({x['reason']}: {x['detail']})" for x in train.dropped])
+        short = (f"round {r}: only {len(train.replies)} of {num_sampled} uploads passed validation, "
+                 f"fewer than train.min_clients={cfg.train.min_clients}")
+        if cfg.train.on_empty_round == "stop":
+            raise FedaugError(f"{short} ({reasons}); train.on_empty_round='keep' keeps the previous global "
+                              "state and goes on")
+        return {"phase": "train", "kept": "previous", "reason": short}
+
+    def _round_record(self, r: int, lr: float, sampled: list[int], train: PhaseResult, query: PhaseResult | None,
+                      updates: dict[str, Any] | None, kept: list[dict[str, Any]], train_s: float) -> dict[str, Any]:
+        """The round's record, built in one place from its typed parts (the phases' results, the screen's
+        record, what was kept), in the order of every round record's keys."""
+        cfg, order = self.cfg, sorted(train.replies)
+        down, up = dict(train.down), dict(train.up)
+        for name, nbytes in (query.down.items() if query is not None else ()):
+            down[name] = down.get(name, 0) + nbytes
+        for name, nbytes in (query.up.items() if query is not None else ()):
+            up[name] = up.get(name, 0) + nbytes
         self.comm_total = {"down": self.comm_total["down"] + sum(down.values()),
                            "up": self.comm_total["up"] + sum(up.values())}
         metrics = {cid: train.replies[cid].metrics for cid in order}
         losses = [metrics[cid]["loss"] for cid in order] or [math.nan]  # no upload: no loss (null in the record)
         states = self.fleet.state_bytes()
         attacking = [cid for cid in sampled if cid in self.attackers] if r >= cfg.attack.start_round else []
-        return {
-            "round": r, "lr": lr, "sampled": sampled, "rejected": rejected, "dropped": dropped,
+        record: dict[str, Any] = {
+            "round": r, "lr": lr, "sampled": sampled,
+            "rejected": train.rejected + (query.rejected if query is not None else []),
+            "dropped": train.dropped + (query.dropped if query is not None else []),
             "train": {"loss": sum(losses) / len(losses), "clients": {str(cid): metrics[cid] for cid in order}},
             "comm": {"down": down, "up": up, "down_total": sum(down.values()), "up_total": sum(up.values())},
             "client_state": {"bytes": {str(cid): states[cid] for cid in order if cid in states},
                              "total_bytes": sum(states.values())},
-            "time": {"train_s": time.perf_counter() - t0},
-            **({"updates": updates} if updates is not None else {}),
-            **({"after_aggregate": self._query_record(query)} if query is not None else {}),
-            **({"aggregate": kept} if kept else {}),
-            **({"attack": {"kind": cfg.attack.kind, "clients": sorted(attacking)}} if attacking else {}),
-            **({"privacy": self.accountant.record(r)} if self.accountant is not None else {}),
-        }
+            "time": {"train_s": train_s}}
+        optional = {"updates": updates, "after_aggregate": self._query_record(query) if query is not None else None,
+                    "aggregate": kept or None,
+                    "attack": {"kind": cfg.attack.kind, "clients": sorted(attacking)} if attacking else None,
+                    "privacy": self.accountant.record(r) if self.accountant is not None else None}
+        record.update((k, v) for k, v in optional.items() if v is not None)
+        return record
 
     def _query_record(self, query: PhaseResult) -> dict[str, dict[str, int]]:
         """The query's bytes, of the parts that carry something in it (the server rule's weights down,
@@ -294,7 +305,7 @@ class Server:
                     tuned[cid] = meters_of(self.task, reply.message[METERS], FINETUNED)
             except PayloadError as exc:
                 meters.pop(cid, None)
-                rejected.append({"client": cid, "phase": "evaluate", "reason": f"round {self.round}: {exc}"})
+                rejected.append(Rejected(f"round {self.round}: {exc}").record(cid, "evaluate"))
         ev = summarize_eval(self.task, self.federation.names, meters)
         if self.cfg.eval.finetune_steps:
             ev["finetuned"] = {"steps": self.cfg.eval.finetune_steps,

@@ -75,7 +75,7 @@ from fedaug.config.schema import TrustConfig
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.payload import KINDS, Spec, counterpart, distance
 from fedaug.engine.server.exchange import PhaseResult
-from fedaug.engine.protocol import METERS
+from fedaug.engine.protocol import METERS, Rejected
 from fedaug.methods.component import Component, State
 from fedaug.methods.recipe import Recipe
 from fedaug.privacy.clip import clip_update
@@ -201,11 +201,11 @@ def screen_updates(trust: TrustConfig, components: Sequence[Component], server: 
         reply = result.replies[cid]
         if trust.screen == "reject":
             del result.replies[cid]
-            result.rejected.append({"client": cid, "phase": "train", "reason": f"round {r}: uplink of client {cid}, " + "; ".join(
+            result.rejected.append(Rejected(f"round {r}: uplink of client {cid}, " + "; ".join(
                 f"part '{part}', {kind}: update norm {norms[part][kind][cid]:.4g} is "
                 f"{norms[part][kind][cid] / medians[part][kind]:.3g} times the round's median {medians[part][kind]:.4g}, "
                 f"over trust.screen_multiple={trust.screen_multiple:g} (limit {limits[part][kind]:.4g})"
-                for part, kind in over[cid])})
+                for part, kind in over[cid])).record(cid, "train"))
         else:
             message = dict(reply.message)
             for part, kind in over[cid]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Literal, get_args
 
@@ -71,8 +72,15 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
     """
     if not tensors[0].is_floating_point():
         return torch.stack(list(tensors)).amax(0)
+    return weighted_sum(tensors, _normalized(tuple(weights))).to(tensors[0].dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def _normalized(weights: tuple[float, ...]) -> list[float]:
+    """``w_k / sum_k w_k`` in float64, as host scalars (computed once per aggregation, not once per entry:
+    :func:`weighted_average` runs per entry with the same weights)."""
     w = torch.tensor(weights, dtype=torch.float64)
-    return weighted_sum(tensors, (w / w.sum()).tolist()).to(tensors[0].dtype)  # host scalars: no copy per tensor
+    return (w / w.sum()).tolist()
 
 
 @METHODS.register("fedavg", "FedAvg (McMahan et al. 2017): weighted mean of the clients' weights")
