@@ -39,7 +39,8 @@ UNDECLARED: dict[str, str] = {}
 #: the modules that a core install cannot import: module -> (the distribution it lacks, what its error names).
 #: A CUDA build of torch requires triton itself: with one, the Triton kernel's module imports too.
 NEEDS_EXTRA = {"fedaug.engine.flower": ("flwr", "pip install 'fedaug[flower]'"),
-               "fedaug.layers.triton_ffa": ("triton", "'triton'")}
+               "fedaug.layers.triton_ffa": ("triton", "'triton'"),
+               "fedaug.layers.triton_op": ("triton", "'triton'")}
 _HINT = re.compile(r"fedaug\[(\w+)\]")
 
 

@@ -15,13 +15,12 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TextIO
 
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as RichProgress
 
-from fedaug.engine.records.progress import REFRESH_PER_S, LineThrottle, RoundUpdate, clock, console
+from fedaug.engine.records.progress import REFRESH_PER_S, LineThrottle, LiveBar, RoundUpdate, clock, console
 from fedaug.report.runner import Cell, CellOutcome
 
 
@@ -75,7 +74,7 @@ def _measured(cell: _Running) -> bool:
     return u is not None and (u.round - u.start >= 2 or u.round == u.total)
 
 
-class GridProgress:
+class GridProgress(LiveBar):
     """The progress of one ``fedaug compare`` invocation; a context manager (draws and clears the terminal display).
 
     Args:
@@ -105,12 +104,6 @@ class GridProgress:
             self.grid_task = self.bar.add_task(self._summary(), total=None, eta="--:--", metric="")
             self.bar.start()
         return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
     # --- what run_grid reports ----------------------------------------------------------------
     def planned(self, cells: Sequence[Cell], jobs: int) -> None:

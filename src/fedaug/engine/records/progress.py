@@ -100,7 +100,20 @@ def console(stream: TextIO | None = None) -> Console:
     return Console(file=stream if stream is not None else sys.stderr)
 
 
-class Progress:
+class LiveBar:
+    """A context whose rich bar (``bar``, set by the subclass's ``__enter__`` on an interactive console, else
+    ``None``) stops when the context closes, however it closes."""
+
+    bar: RichProgress | None = None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+class Progress(LiveBar):
     """A run's progress display, fed by the server after every round (:meth:`update`); a context
     manager, which draws and clears the terminal display.
 
@@ -132,12 +145,6 @@ class Progress:
             self.bar.start()
         self.t0 = self.now()
         return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
     def update(self, round: int, metric: str) -> None:
         """Show that ``round`` has finished, with its ``metric`` text."""
