@@ -74,10 +74,29 @@ def _check_reachable(address: str, fix: str, timeout_s: float = 5.0) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"Ray address {address!r} is not host:port, ray://host:port, auto or local; {fix}")
+    problem = unreachable(host.strip("[]"), int(port), timeout_s)
+    if problem is not None:
+        raise ConfigError(f"no Ray cluster answers at {address!r} ({problem}); {fix}")
+
+
+def unreachable(host: str, port: int, timeout_s: float) -> str | None:
+    """Why nothing accepts a TCP connection at ``host:port`` within ``timeout_s`` (the error), or ``None``
+    where something does."""
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:
-        raise ConfigError(f"no Ray cluster answers at {address!r} ({exc}); {fix}") from None
+        return str(exc)
+    return None
+
+
+def node_gone(ray: Any, node_id: str, timeout_s: float = 2.0) -> bool:
+    """Whether the Ray node ``node_id`` is gone: the cluster says so, or its raylet accepts no connection.
+    The cluster marks a lost node dead only after its health check has failed several times (seconds to
+    half a minute), while the node's actors are known dead at once; the raylet's port tells sooner."""
+    node = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
+    if node is None or not node["Alive"]:
+        return True
+    return unreachable(node["NodeManagerAddress"], int(node["NodeManagerPort"]), timeout_s) is not None
 
 
 def software() -> dict[str, str]:

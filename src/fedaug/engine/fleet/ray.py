@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fedaug.config.schema import RunConfig, validate
-from fedaug.core.cluster import check_software, connect, import_ray, software
+from fedaug.core.cluster import check_software, connect, import_ray, node_gone, software
 from fedaug.core.device import to_device
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Message
@@ -223,8 +223,7 @@ class RayFleet(StatesHere):
         try:
             got: Answered | Failed = ray.get(ref)
         except ray.exceptions.RayActorError:
-            alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
-            how = "its node is gone" if not alive.get(a.node, False) else "its process ended (its node is still up)"
+            how = "its node is gone" if node_gone(ray, a.node) else "its process ended (its node is still up)"
             raise WorkerDied(f"round {r}: Ray worker actor {a.name} ({a.where}) died while it ran client {a.client} "
                              f"({phase}): {how}. The run stops here; its records and checkpoints so far are intact: "
                              "continue it with 'fedaug resume <run dir>' (on the cluster, or on this machine with "
