@@ -213,11 +213,13 @@ class ProcessFleet(StatesHere):
 
 def _context() -> multiprocessing.context.BaseContext:
     """Fork server where there is one (Linux): its children start with torch and fedaug imported, in
-    a process that never ran an op (no thread pool, no CUDA to inherit); spawn elsewhere (macOS)."""
+    a process that never ran an op (no thread pool, no CUDA to inherit), and torch._dynamo too, which
+    torch.optim imports at a process's first optimizer (about 3 CPU-seconds per worker otherwise); spawn
+    elsewhere (macOS)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([__name__, "torch._dynamo"])
     return ctx
 
 
