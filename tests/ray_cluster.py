@@ -4,9 +4,9 @@ raylet, object store and agents, started with Ray's cluster utilities once per t
 conftest.py sets Ray to it before Ray is imported).
 
 The head reserves no CPU for tasks (as on a cluster whose head runs the driver only), so every actor and
-every cell runs on the worker node: 2 CPUs, the cores of CI. Ray's health check runs every second and
-gives a node up after 3 missed answers, so that a killed node is noticed in seconds (Ray's defaults take
-about 30 s); that is the head's setting, read when it starts.
+every cell runs on the worker node: 2 CPUs, the cores of CI. A test that kills the worker node runs after
+the other Ray tests (``breakable_ray``), and a test after it gets a new one (``on_ray``); Ray's health
+check is set to notice a killed node in seconds (:data:`HEALTH_CHECK`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ LOOPBACK = "127.0.0.1"
 WORKER_CPUS = 2
 #: each node's object store (Ray's least is 75 MB; its default, 30 % of the memory, is far more than tests need)
 OBJECT_STORE = 100 * 1024**2
+#: what the head starts that the tests do not use: the dashboard's modules, the autoscaler's monitor, the log
+#: monitor (drivers here do not print workers' logs); its dashboard agent on a port of the system's choosing (Ray's
+#: fixed default would clash with a second test session on the machine)
+HEAD_TRIMMED = {"include_dashboard": False, "no_monitor": True, "include_log_monitor": False,
+                "dashboard_agent_listen_port": None}
+#: Ray's health check on the test cluster (the head's setting, read when it starts): every second, a node given up
+#: after 3 missed answers, so that a killed node is noticed in seconds (Ray's defaults take about 30 s)
 HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "1000",
                 "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3"}
 
@@ -30,7 +37,7 @@ class LoopbackCluster:
     """The session's cluster: ``address`` (the head's GCS), the utilities' ``cluster`` and its worker node."""
 
     cluster: Any
-    worker: Any
+    worker: Any  # None once it is killed
     lost: list[Any] = field(default_factory=list)
 
     @property
@@ -38,7 +45,7 @@ class LoopbackCluster:
         return self.cluster.address
 
     def add_worker(self) -> Any:
-        """A fresh worker node of :data:`WORKER_CPUS` CPUs (after one was killed), now the cluster's worker."""
+        """A worker node of :data:`WORKER_CPUS` CPUs, now the cluster's worker, once it has joined."""
         self.worker = self.cluster.add_node(num_cpus=WORKER_CPUS, node_ip_address=LOOPBACK,
                                             object_store_memory=OBJECT_STORE)
         self.cluster.wait_for_nodes()
@@ -49,12 +56,16 @@ class LoopbackCluster:
         node, node_id = self.worker, self.worker.node_id
         self.cluster.remove_node(node, allow_graceful=False)
         self.lost.append(node)
+        self.worker = None
         return node_id
 
     def connect(self) -> None:
-        """Connect this process to the cluster, unless it is (Flower's simulation disconnects it when it ends)."""
+        """Connect this process to the cluster, unless it is (Flower's simulation disconnects it when it ends),
+        a worker node added where the last one was killed."""
         from fedaug.core.cluster import connect
 
+        if self.worker is None:
+            self.add_worker()
         connect(self.address)
 
 
@@ -65,7 +76,7 @@ def start() -> Iterator[LoopbackCluster]:
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "node_ip_address": LOOPBACK, "include_dashboard": False, "object_store_memory": OBJECT_STORE})
+        "num_cpus": 0, "node_ip_address": LOOPBACK, "object_store_memory": OBJECT_STORE, **HEAD_TRIMMED})
     try:
         loop = LoopbackCluster(cluster, None)
         loop.add_worker()

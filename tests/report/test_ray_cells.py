@@ -20,7 +20,9 @@ from fedaug.report.ray_cells import RayCells, cell_resources, pack_dir, receive,
 from fedaug.report.runner import CellOutcome, cell_dir, find_run, plan, run_grid
 from tests.cli.test_compare_cmd import write_grid
 from tests.engine.test_resume import comparable, summary_numbers
+from tests.ray_cluster import WORKER_CPUS
 from tests.report.conftest import tiny_grid_raw, tiny_spec
+from tests.report.test_runner import Heard
 
 CELLS = [("FedAvg", 0), ("FedAvg lr 0.2", 0), ("FedAvg", 1), ("FedAvg lr 0.2", 1)]
 
@@ -77,8 +79,15 @@ def test_run_directories_shipped_back_from_the_nodes_equal_the_local_cells(on_ra
     spec = select(tiny_spec(), ["FedAvg"], [])
     out = tmp_path / "shipped"
     interrupt(copy_cell(tiny_grid, out, "FedAvg", 1), 2)
-    outcomes = run_grid(spec, out, ray=RayCells(on_ray.address, "shipped"))
+    heard = Heard()
+    outcomes = run_grid(spec, out, on_done=heard.done, watch=heard, ray=RayCells(on_ray.address, "shipped"))
     assert sorted((o.cell.seed, o.status) for o in outcomes) == [(0, "ran"), (1, "resumed")]
+    # each cell's start and rounds, from its node through Ray's queue, before its outcome; as many cells at once
+    # as the cluster's CPUs hold
+    assert heard.events[0] == ("planned", 2, WORKER_CPUS)  # a cell reserves its threads = 1
+    ran, resumed = (next(o.cell.label for o in outcomes if o.cell.seed == seed) for seed in (0, 1))
+    assert heard.of(ran) == ["started", (1, 3), (2, 3), (3, 3), "done"]
+    assert heard.of(resumed) == ["started", (3, 3), "done"]
     assert all(Path(o.run_dir) == find_run(o.cell.dir) for o in outcomes)
     assert_cells_equal(out, tiny_grid, [("FedAvg", 0), ("FedAvg", 1)])
     assert not list(out.rglob(".incoming"))

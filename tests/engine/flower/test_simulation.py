@@ -12,6 +12,7 @@ pytest.importorskip("ray", reason="Flower simulation needs Ray: pip install 'fed
 from fedaug.engine.flower.simulation import run_flower_simulation  # noqa: E402
 from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import records  # noqa: E402
+from tests.ray_cluster import WORKER_CPUS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +20,6 @@ pytestmark = pytest.mark.slow
 def test_flower_simulation_gives_the_in_process_engines_numbers(on_ray, tmp_cfg, tmp_path):
     cfg = tmp_cfg("flea", participation=0.67)
     expected, run_dir = run_experiment(cfg, quiet=True)
-    got = run_flower_simulation(cfg, 3)
+    got = run_flower_simulation(cfg, 3, cpus_per_client=WORKER_CPUS)  # one ClientApp actor: one torch import, not two
     assert records(got["run_dir"]) == records(run_dir.path)
     assert (got["final"], got["best"], got["comm_total"]) == (expected["final"], expected["best"], expected["comm_total"])
