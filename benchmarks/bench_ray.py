@@ -1,16 +1,21 @@
 """Ray's overhead (issue 49; not a test: it reports, it does not assert), on bench_throughput.py's jobs W1 and W2.
 
-- **Per round**: the job's rounds with ``workers = 2, threads = 1`` on worker processes of this machine
-  (``fleet = "local"``) and on two Ray actors (``fleet = "ray"``, a Ray started on this machine, 1 CPU per
-  actor), against ``workers = 1, threads = 1``. Each measurement is a fresh process: one warm-up round (the
-  workers or actors start), then timed rounds; medians.
-- **Per cell**: a grid of two cells of the job (2 seeds, ``--rounds`` rounds, ``threads = 1``, evaluation
-  and checkpoints at the end only), run by the local runner (``--jobs 2``) and as Ray tasks (``--ray``,
-  the Ray of this machine already started: a cluster is up before a grid is sent to it); the grid's
-  wall time over its cells, and Ray's start on its own.
+- **Per round**: the job's rounds (evaluation off, ``threads = 1``) with ``workers = 1``, with ``workers = 2``
+  worker processes of this machine (``fleet = "local"``) and with two Ray actors (``fleet = "ray"``, a Ray
+  started on this machine for the measurement, 1 CPU per actor). Each measurement is a fresh process: one
+  warm-up round (the workers or actors start: reported as "first round"), then timed rounds; the three
+  settings alternate, ``--repeats`` times, in rotating order, so that what slows the machine for a while slows
+  all three. Reported: the median s/round of each and the ratios of the medians.
+- **Per cell**: a grid of two cells of the job (2 seeds, ``--cell-rounds`` rounds, ``threads = 1``, evaluation
+  and checkpoints at the end only) run by the local runner (``--jobs 1``) and as Ray tasks (``--ray``) on a Ray
+  of 1 CPU (so that one cell runs at a time, as with ``--jobs 1``), started before the grid as on a cluster
+  that is up; alternating, ``--repeats`` times. Reported: the grid's median wall time,
+  Ray's extra time per cell (the difference over the two cells) and Ray's start, which a grid sent to a
+  running cluster does not pay.
 
-Only 127.0.0.1 is used (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: Ray's single-host mode). Run:
-``.venv/bin/python benchmarks/bench_ray.py`` (~6 min on 2 cores); ``--quick`` for a smoke run.
+Run it on one core, so that the figures are CPU overhead, not parallelism: ``taskset -c 0 .venv/bin/python
+benchmarks/bench_ray.py`` (every child and Ray process inherits the core; ~10 min); ``--quick`` for a smoke run.
+Only 127.0.0.1 is used (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: Ray's single-host mode).
 """
 
 from __future__ import annotations
@@ -31,6 +36,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_throughput import JOBS, LR, MOMENTUM, WEIGHT_DECAY, Job, engine_config, timed_round  # noqa: E402
 
+#: the per-round settings: label -> (workers, fleet)
+SETTINGS = {"workers = 1": (1, "local"), "workers = 2, processes": (2, "local"), "workers = 2, Ray actors": (2, "ray")}
+
+
+def start_ray(num_cpus: int) -> float:
+    """Start a Ray on this machine with ``num_cpus`` CPUs (no dashboard); the seconds it took."""
+    import ray
+
+    t0 = time.perf_counter()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    return time.perf_counter() - t0
+
 
 def rounds_child(job: Job, rounds: int, workers: int, fleet: str) -> list[float]:
     """Wall seconds of each round of ``job`` (the first included)."""
@@ -38,8 +55,9 @@ def rounds_child(job: Job, rounds: int, workers: int, fleet: str) -> list[float]
     from fedaug.core.runtime import configure_process
     from fedaug.engine.run import build_simulation
 
-    raw = engine_config(job, rounds, 1, workers).to_dict()
-    cfg = validate({**raw, "fleet": fleet, "ray": {"address": "local"}})
+    if fleet == "ray":
+        start_ray(workers)  # an actor reserves 1 CPU (threads = 1): room for every one, as the processes have
+    cfg = validate({**engine_config(job, rounds, 1, workers).to_dict(), "fleet": fleet})
     configure_process(1)
     with build_simulation(cfg) as sim:
         return [timed_round(sim.run_round, r, "cpu")[0][0] for r in range(1, rounds + 1)]
@@ -58,9 +76,8 @@ def grid_raw(job: Job, rounds: int) -> dict:
 
 
 def cells_child(job: Job, rounds: int, where: str) -> dict:
-    """Wall seconds of the two-cell grid of ``job`` run ``where`` (``"jobs"``: --jobs 2; ``"ray"``), and of
+    """Wall seconds of the two-cell grid of ``job`` run ``where`` (``"local"``: --jobs 1; ``"ray"``), and of
     Ray's start (before the grid)."""
-    from fedaug.core.cluster import connect
     from fedaug.core.runtime import configure_process
     from fedaug.report.grid import parse_grid
     from fedaug.report.ray_cells import RayCells
@@ -68,14 +85,10 @@ def cells_child(job: Job, rounds: int, where: str) -> dict:
 
     configure_process()
     spec = parse_grid(grid_raw(job, rounds), f"bench-{job.name}")
-    start = 0.0
-    if where == "ray":
-        t0 = time.perf_counter()
-        connect("local")
-        start = time.perf_counter() - t0
+    start = start_ray(1) if where == "ray" else 0.0  # a cell reserves 1 CPU: one at a time, as --jobs 1
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        run_grid(spec, Path(out), jobs=2 if where == "jobs" else 1, ray=RayCells("local") if where == "ray" else None)
+        run_grid(spec, Path(out), ray=RayCells("auto") if where == "ray" else None)  # auto: the Ray just started
         return {"grid_s": time.perf_counter() - t0, "ray_start_s": start}
 
 
@@ -86,35 +99,56 @@ def measure(**spec: object) -> object:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def per_round(jobs: list[str], rounds: int, repeats: int) -> None:
+    print(f"## Per round ({repeats} alternating repeats x {rounds} timed rounds after 1 warm-up; median wall s)\n")
+    print("| job | workers = 1 | workers = 2, processes | workers = 2, Ray actors | Ray / processes | Ray / workers = 1 "
+          "| first round: processes, Ray (s) |\n|---|---:|---:|---:|---:|---:|---:|")
+    for name in jobs:
+        times: dict[str, list[float]] = {k: [] for k in SETTINGS}
+        first: dict[str, list[float]] = {k: [] for k in SETTINGS}
+        labels = list(SETTINGS)
+        for rep in range(repeats):
+            for label in labels[rep % 3:] + labels[:rep % 3]:  # each setting first, second and last in turn
+                workers, fleet = SETTINGS[label]
+                got = measure(kind="rounds", job=name, rounds=rounds + 1, workers=workers, fleet=fleet)
+                first[label].append(got[0])
+                times[label] += got[1:]
+        med = {k: statistics.median(v) for k, v in times.items()}
+        one, proc, ray = (med[k] for k in labels)
+        print(f"| {name} | {one:.3f} | {proc:.3f} | {ray:.3f} | {ray / proc:.2f} | {ray / one:.2f} | "
+              f"{statistics.median(first[labels[1]]):.1f}, {statistics.median(first[labels[2]]):.1f} |")
+    print()
+
+
+def per_cell(jobs: list[str], rounds: int, repeats: int) -> None:
+    print(f"## Per cell (a grid of 2 cells x {rounds} rounds; {repeats} alternating repeats; median wall s)\n")
+    print("| job | local runner (--jobs 1) | --ray (Ray already up) | Ray / local | Ray's extra per cell (s) "
+          "| Ray's start (s) |\n|---|---:|---:|---:|---:|---:|")
+    for name in jobs:
+        got: dict[str, list[dict]] = {"local": [], "ray": []}
+        for rep in range(repeats):
+            for where in (("local", "ray") if rep % 2 == 0 else ("ray", "local")):
+                got[where].append(measure(kind="cells", job=name, rounds=rounds, where=where))
+        local, ray = (statistics.median(g["grid_s"] for g in got[w]) for w in ("local", "ray"))
+        start = statistics.median(g["ray_start_s"] for g in got["ray"])
+        print(f"| {name} | {local:.1f} | {ray:.1f} | {ray / local:.2f} | {(ray - local) / 2:+.1f} | {start:.1f} |")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", nargs="+", default=["W1", "W2"], choices=sorted(JOBS))
     parser.add_argument("--rounds", type=int, default=4, help="timed rounds per measurement (after 1 warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repeats of each measurement")
     parser.add_argument("--cell-rounds", type=int, default=3, help="rounds of each grid cell")
-    parser.add_argument("--quick", action="store_true", help="2 timed rounds, 1-round cells (smoke run)")
+    parser.add_argument("--quick", action="store_true", help="2 timed rounds, 1-round cells, 1 repeat (smoke run)")
     args = parser.parse_args()
     from fedaug.engine.records.installation import machine_line
 
-    print(machine_line() + "\n")
-    rounds, cell_rounds = (2, 1) if args.quick else (args.rounds, args.cell_rounds)
-    print(f"## Per round ({rounds} timed rounds after 1 warm-up; median wall s/round)\n")
-    print("| job | workers = 1 | workers = 2, processes | workers = 2, Ray actors | Ray / processes | "
-          "first round: processes, Ray (s) |\n|---|---:|---:|---:|---:|---:|")
-    for name in args.jobs:
-        job = JOBS[name]
-        got = {k: measure(kind="rounds", job=name, rounds=rounds + 1, workers=w, fleet=f)
-               for k, (w, f) in {"one": (1, "local"), "proc": (2, "local"), "ray": (2, "ray")}.items()}
-        med = {k: statistics.median(v[1:]) for k, v in got.items()}
-        print(f"| {name} | {med['one']:.3f} | {med['proc']:.3f} | {med['ray']:.3f} | {med['ray'] / med['proc']:.2f} "
-              f"| {got['proc'][0]:.1f}, {got['ray'][0]:.1f} |")
-    print(f"\n## Per cell (a grid of 2 cells x {cell_rounds} rounds; wall s of the grid)\n")
-    print("| job | --jobs 2 | --ray (Ray already up) | Ray / local per cell (s) | Ray's start (s) |\n"
-          "|---|---:|---:|---:|---:|")
-    for name in args.jobs:
-        local = measure(kind="cells", job=name, rounds=cell_rounds, where="jobs")
-        ray = measure(kind="cells", job=name, rounds=cell_rounds, where="ray")
-        print(f"| {name} | {local['grid_s']:.1f} | {ray['grid_s']:.1f} | "
-              f"{(ray['grid_s'] - local['grid_s']) / 2:+.1f} | {ray['ray_start_s']:.1f} |")
+    print(machine_line() + f"; this process on CPUs {sorted(os.sched_getaffinity(0))}\n")
+    rounds, cell_rounds, repeats = (2, 1, 1) if args.quick else (args.rounds, args.cell_rounds, args.repeats)
+    per_round(args.jobs, rounds, repeats)
+    per_cell(args.jobs, cell_rounds, repeats)
 
 
 if __name__ == "__main__":
