@@ -23,7 +23,7 @@ from fedaug.methods.base.scaffold import SCAFFOLD
 from fedaug.methods.recipe import Recipe
 from tests.conftest import tiny_raw
 from tests.engine.pool_helpers import StallOnce, UnbuildableInWorkers
-from tests.engine.test_pool import config, records
+from tests.engine.test_pool import config, one_workers_records, records
 from tests.engine.test_resume import comparable, summary_numbers
 
 
@@ -32,7 +32,7 @@ def ray_config(workers: int, method: str, address: str, **extra):
 
 
 def test_two_ray_actors_give_one_workers_records_bit_for_bit(on_ray):
-    one = records(build_simulation(config(1, "fedfa")), 2)
+    one = one_workers_records("fedfa")
     two = records(build_simulation(ray_config(2, "fedfa", on_ray.address)), 2)
     assert two == one
     assert '"rejected": []' in one  # nothing was refused: the comparison is of trained rounds
