@@ -14,7 +14,8 @@
   running cluster does not pay.
 
 Run it on one core, so that the figures are CPU overhead, not parallelism: ``taskset -c 0 .venv/bin/python
-benchmarks/bench_ray.py`` (every child and Ray process inherits the core; ~10 min); ``--quick`` for a smoke run.
+benchmarks/bench_ray.py`` (every child and Ray process inherits the core; ~30 min on the shared 2-core development
+machine); ``--quick`` for a smoke run.
 Only 127.0.0.1 is used (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: Ray's single-host mode).
 """
 
