@@ -21,11 +21,12 @@ run: setup
 	$(VENV)/bin/fedaug compare main_digits4 --jobs $(JOBS) --out $(MAIN_OUT) $(ARGS)
 	$(VENV)/bin/fedaug report $(MAIN_OUT)
 
+# The suite spreads over JOBS processes (pytest-xdist), each test going to whichever process is free.
 test: setup
-	$(VENV)/bin/python -m pytest $(ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) --dist worksteal $(ARGS)
 
 test-torch:
-	@bash scripts/test_torch.sh $(TORCH_ENDS)
+	@JOBS=$(JOBS) bash scripts/test_torch.sh $(TORCH_ENDS)
 
 test-torch-download:
 	@bash scripts/test_torch.sh --download $(TORCH_ENDS)

@@ -63,5 +63,5 @@ for release in "$@"; do
   got=$("$venv/bin/python" -c "import torch; print(torch.__version__)")
   [ "${got%%+*}" = "$release" ] || { echo "test-torch: $venv holds torch $got, not $release" >&2; exit 1; }
   echo "test-torch: torch $got"
-  "$venv/bin/python" -m pytest -q "${SUBSET[@]}"
+  "$venv/bin/python" -m pytest -q -n "${JOBS:-1}" --dist worksteal "${SUBSET[@]}"
 done

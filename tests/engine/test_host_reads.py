@@ -73,9 +73,9 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostReads]:
 def round_reads(monkeypatch: pytest.MonkeyPatch, model: str, clients: int) -> HostReads:
     """The host reads of round 2 (training, aggregation, evaluation) of a small federation on ``model``."""
     raw = {"seed": 0, "threads": 1, "model": {"name": model},
-           "data": {"name": "synthetic", "options": {"num_clients": clients, "samples_per_client": 24, "size": 32,
+           "data": {"name": "synthetic", "options": {"num_clients": clients, "samples_per_client": 12, "size": 16,
                                                      "channels": 3, "num_classes": 10}},
-           "train": {"rounds": 2, "local_steps": 1, "batch_size": 12}, "eval": {"every": 1}}
+           "train": {"rounds": 2, "local_steps": 1, "batch_size": 6}, "eval": {"every": 1}}
     sim = build_simulation(validate(raw))
     sim.run_round(1)  # first-round work (caches of the server's unchanged tensors) left out
     sim.evaluate()
