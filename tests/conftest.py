@@ -134,36 +134,48 @@ def own_registries(monkeypatch, tmp_path) -> Iterator[None]:
             del sys.modules[name]
 
 
+def uses_ray(item: pytest.Item | None) -> bool:
+    """Whether ``item`` is a test on the loopback Ray cluster (it uses :func:`ray_cluster`)."""
+    return item is not None and "ray_cluster" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests on the loopback Ray cluster (those using :func:`ray_cluster`) run last, together, in their
-    order, those that kill its worker node (:func:`breakable_ray`) after the others: the cluster starts with
-    the first of them, only where one is selected, and stops when the session ends right after the last,
-    instead of idling (about 3 CPU-seconds a minute) under the rest of the suite."""
-    on_ray = [item for item in items if "ray_cluster" in getattr(item, "fixturenames", ())]
+    """The tests on the loopback Ray cluster run first, together, in their order, those that kill its worker
+    node (:func:`breakable_ray`) last of them: the cluster runs for them alone (:func:`pytest_runtest_teardown`
+    stops it after the last), and under ``pytest -n`` (``make test``) they head the first process's share,
+    where work stealing, which takes from the end of a process's queue, leaves them together."""
+    on_ray = [item for item in items if uses_ray(item)]
     if on_ray:
         moved = set(map(id, on_ray))
-        on_ray.sort(key=lambda item: "breakable_ray" in getattr(item, "fixturenames", ()))
-        items[:] = [item for item in items if id(item) not in moved] + on_ray
+        on_ray.sort(key=lambda item: "breakable_ray" in item.fixturenames)
+        items[:] = on_ray + [item for item in items if id(item) not in moved]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the loopback Ray cluster after a test on it that this process follows with none (it would idle,
+    about 3 CPU-seconds a minute, under the rest of the suite); a later one starts it again."""
+    cluster = item.funcargs.get("ray_cluster") if uses_ray(item) and not uses_ray(nextitem) else None
+    if cluster is not None:  # None: the test was skipped before the fixture (no Ray), or is not on the cluster
+        cluster.down()
 
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
-    """A Ray cluster on loopback (a head and a worker node: tests/ray_cluster.py), started once per session
-    by the first test that uses it (those run last: :func:`pytest_collection_modifyitems`) and stopped
-    after the session; this process connected to it."""
+    """The loopback Ray cluster (a head and a worker node: tests/ray_cluster.py), started by :func:`on_ray`
+    and stopped by :func:`pytest_runtest_teardown`, or at the latest when the session ends."""
     pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'fedaug[ray]' (make setup "
                                       "installs it)")
-    from tests import ray_cluster as loopback
+    from tests.ray_cluster import LoopbackCluster
 
-    yield from loopback.start()
+    cluster = LoopbackCluster()
+    yield cluster
+    cluster.down()
 
 
 @pytest.fixture
 def on_ray(ray_cluster) -> Any:
-    """The session's loopback Ray cluster, this process connected to it (again, where a test disconnected it),
-    with a worker node (a new one, where a test killed it)."""
-    ray_cluster.connect()
-    return ray_cluster
+    """The loopback Ray cluster running, with a worker node, this process connected to it."""
+    return ray_cluster.up()
 
 
 @pytest.fixture

@@ -1,19 +1,18 @@
 """A real Ray cluster on loopback for the tests (issue 49): a head node and a worker node, each its own
-raylet, object store and agents, started with Ray's cluster utilities once per test session
-(``ray_cluster`` in tests/conftest.py) and stopped after it. Only 127.0.0.1 is used (the repository's
-conftest.py sets Ray to it before Ray is imported).
+raylet, object store and agents, started with Ray's cluster utilities by the first test that needs it
+(``on_ray`` in tests/conftest.py) and stopped when the test process has no more tests for it. Only
+127.0.0.1 is used (the repository's conftest.py sets Ray to it before Ray is imported).
 
 The head reserves no CPU for tasks (as on a cluster whose head runs the driver only), so every actor and
 every cell runs on the worker node: 2 CPUs, the cores of CI. A test that kills the worker node runs after
-the other Ray tests (``breakable_ray``), and a test after it gets a new one (``on_ray``); Ray's health
-check is set to notice a killed node in seconds (:data:`HEALTH_CHECK`).
+the other Ray tests (``breakable_ray``), and a test after it gets a new one; Ray's health check is set to
+notice a killed node in seconds (:data:`HEALTH_CHECK`). Where pytest-xdist spreads the Ray tests over
+several processes (only where they are most of a run), each process starts a cluster of its own.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
@@ -32,17 +31,47 @@ HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_peri
                 "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3"}
 
 
-@dataclass
 class LoopbackCluster:
-    """The session's cluster: ``address`` (the head's GCS), the utilities' ``cluster`` and its worker node."""
+    """The tests' cluster: started by the first test that needs it (:meth:`up`), stopped (:meth:`down`) when
+    this process has no more tests for it (tests/conftest.py), started again if one comes later."""
 
-    cluster: Any
-    worker: Any  # None once it is killed
-    lost: list[Any] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.cluster: Any = None  # Ray's cluster utilities' Cluster, while it runs
+        self.worker: Any = None  # its worker node (None once it is killed)
+        self.lost: list[Any] = []  # the killed nodes
 
     @property
     def address(self) -> str:
+        """The head's GCS address (``host:port``)."""
         return self.cluster.address
+
+    def up(self) -> LoopbackCluster:
+        """The cluster running (started where it is not, a worker node added where the last one was killed),
+        this process connected to it (again, where Flower's simulation disconnected it when it ended)."""
+        from fedaug.core.cluster import connect
+
+        if self.cluster is None:
+            os.environ.update(HEALTH_CHECK)
+            from ray.cluster_utils import Cluster
+
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 0, "node_ip_address": LOOPBACK, "object_store_memory": OBJECT_STORE, **HEAD_TRIMMED})
+        if self.worker is None:
+            self.add_worker()
+        connect(self.address)
+        return self
+
+    def down(self) -> None:
+        """Every node stopped and this process disconnected (nothing to do where it is not running)."""
+        if self.cluster is None:
+            return
+        import ray
+
+        try:
+            ray.shutdown()
+        finally:
+            self.cluster.shutdown()
+            self.cluster = self.worker = None
 
     def add_worker(self) -> Any:
         """A worker node of :data:`WORKER_CPUS` CPUs, now the cluster's worker, once it has joined."""
@@ -58,30 +87,3 @@ class LoopbackCluster:
         self.lost.append(node)
         self.worker = None
         return node_id
-
-    def connect(self) -> None:
-        """Connect this process to the cluster, unless it is (Flower's simulation disconnects it when it ends),
-        a worker node added where the last one was killed."""
-        from fedaug.core.cluster import connect
-
-        if self.worker is None:
-            self.add_worker()
-        connect(self.address)
-
-
-def start() -> Iterator[LoopbackCluster]:
-    """The cluster, this process connected to it; everything stopped after the ``yield``."""
-    os.environ.update(HEALTH_CHECK)
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "node_ip_address": LOOPBACK, "object_store_memory": OBJECT_STORE, **HEAD_TRIMMED})
-    try:
-        loop = LoopbackCluster(cluster, None)
-        loop.add_worker()
-        loop.connect()
-        yield loop
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
