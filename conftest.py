@@ -16,6 +16,13 @@ from tests.checkout import pytest_sessionfinish, pytest_sessionstart  # noqa: F4
 collect_ignore_glob = ([] if importlib.util.find_spec("flwr") else ["src/fedaug/engine/flower/*"]) + (
     [] if importlib.util.find_spec("triton") else ["src/fedaug/layers/triton_ffa.py"])
 
+# Ray (the loopback cluster of tests/ray_cluster.py, Flower's simulation runtime) stays on this machine's
+# loopback address and sends nothing anywhere: Ray otherwise names a node by the address of the interface that
+# routes to the internet (and connects a driver to it even when given 127.0.0.1), and reports usage statistics.
+# Ray reads both when it is first imported; the CLI runs the tests start inherit them.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # 0: Ray's single-host mode, nodes on 127.0.0.1
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 # Without a CUDA device (CI), Triton kernels (the FFA layer's CUDA kernel, fedaug.layers.triton_ffa) run on
 # CPU tensors under Triton's interpreter. Triton reads the variable when it is first imported, so it is set
 # here, before any test imports it; with a GPU it stays unset and the same tests run the compiled kernels.

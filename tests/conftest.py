@@ -132,3 +132,54 @@ def own_registries(monkeypatch, tmp_path) -> Iterator[None]:
     for name in set(sys.modules) - before:
         if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path)):
             del sys.modules[name]
+
+
+def uses_ray(item: pytest.Item | None) -> bool:
+    """Whether ``item`` is a test on the loopback Ray cluster (it uses :func:`ray_cluster`)."""
+    return item is not None and "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests on the loopback Ray cluster run first, together, in their order, those that kill its worker
+    node (:func:`breakable_ray`) last of them: the cluster runs for them alone (:func:`pytest_runtest_teardown`
+    stops it after the last), and under ``pytest -n`` (``make test``) they head the first process's share,
+    where work stealing, which takes from the end of a process's queue, leaves them together."""
+    on_ray = [item for item in items if uses_ray(item)]
+    if on_ray:
+        moved = set(map(id, on_ray))
+        on_ray.sort(key=lambda item: "breakable_ray" in item.fixturenames)
+        items[:] = on_ray + [item for item in items if id(item) not in moved]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the loopback Ray cluster after a test on it that this process follows with none (it would idle,
+    about 3 CPU-seconds a minute, under the rest of the suite); a later one starts it again."""
+    cluster = item.funcargs.get("ray_cluster") if uses_ray(item) and not uses_ray(nextitem) else None
+    if cluster is not None:  # None: the test was skipped before the fixture (no Ray), or is not on the cluster
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """The loopback Ray cluster (a head and a worker node: tests/ray_cluster.py), started by :func:`on_ray`
+    and stopped by :func:`pytest_runtest_teardown`, or at the latest when the session ends."""
+    pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'fedaug[ray]' (make setup "
+                                      "installs it)")
+    from tests.ray_cluster import LoopbackCluster
+
+    cluster = LoopbackCluster()
+    yield cluster
+    cluster.down()
+
+
+@pytest.fixture
+def on_ray(ray_cluster) -> Any:
+    """The loopback Ray cluster running, with a worker node, this process connected to it."""
+    return ray_cluster.up()
+
+
+@pytest.fixture
+def breakable_ray(on_ray) -> Any:
+    """:func:`on_ray` for a test that kills the worker node: it runs after the other Ray tests
+    (:func:`pytest_collection_modifyitems`), so that no node is started again unless a later test needs it."""
+    return on_ray

@@ -35,8 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: what fedaug looks up but deliberately does not declare, and why
-UNDECLARED = {"ray": "Flower's simulation runtime: the user installs it with pip install 'flwr[simulation]' "
-                     "(docs/flower.md); fedaug.engine.flower.simulation checks for it and says so"}
+UNDECLARED: dict[str, str] = {}
 #: the modules that a core install cannot import: module -> (the distribution it lacks, what its error names).
 #: A CUDA build of torch requires triton itself: with one, the Triton kernel's module imports too.
 NEEDS_EXTRA = {"fedaug.engine.flower": ("flwr", "pip install 'fedaug[flower]'"),

@@ -66,6 +66,8 @@ def test_run_prints_table_and_run_dir_then_resume_reports_the_same(tmp_path, cap
     assert summary["rounds"] == 2 and summary["run_dir"] == run_dir
     assert main(["resume", run_dir, "-q", "--format", "json", "--device", "mps:3"]) == 2  # the flag reaches the run
     assert "'device' must be auto, cpu, cuda, cuda:N or mps, got 'mps:3'" in capsys.readouterr().err
+    assert main(["resume", run_dir, "-q", "--fleet", "ray", "--device", "cuda"]) == 2  # --fleet reaches it too
+    assert "device = 'cuda' with fleet = 'ray' needs ray.num_gpus > 0" in capsys.readouterr().err
 
 
 def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from fedaug.core.payload import Part
@@ -51,3 +52,26 @@ class UnbuildableInWorkers(Component):
 
     def __setstate__(self, state: dict) -> None:
         raise ValueError("this component cannot be built in a worker process")
+
+
+class StallOnce(Component):
+    """Stalls the first client it trains in round ``round`` (for up to ``seconds``), writing its id into
+    ``marker`` (created once, atomically) so that a test sees the round under way and kills the node; a
+    rerun (a resume) finds the marker and goes through. Exchanges nothing."""
+
+    name = "stall_once"
+    role = "objective"
+
+    def __init__(self, *, round: int, marker: str, seconds: float = 120.0) -> None:
+        self.round, self.marker, self.seconds = round, marker, seconds
+
+    def receive(self, ctx: ClientCtx, part: Part, state: State) -> None:
+        if not ctx.training or ctx.round != self.round:
+            return
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(str(ctx.client_id))
+        time.sleep(self.seconds)

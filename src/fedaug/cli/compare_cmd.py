@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "cells are kept, interrupted ones resumed), then write table.md, table.csv and "
                     "table.json: mean ± std over seeds, per client and the mean over clients, the paired "
                     "t-test against the baseline, and communication per method.",
-        epilog="Examples: fedaug compare fedfa_table5_digits4 --jobs 2;  fedaug compare --base digits4 "
+        epilog="Examples: fedaug compare fedfa_table5_digits4 --jobs 2;  fedaug compare fedfa_table5_digits4 --ray "
+               "head:6379;  fedaug compare --base digits4 "
                "--method FedAvg --method FedFA method.augs=[fedfa] --seeds 0 1 2 --set train.rounds=5")
     p.add_argument("grid", nargs="?", help="a grid file (TOML) or a shipped grid (fedaug list grids)")
     p.add_argument("--base", help="without a grid file: the preset or config file every cell starts from")
@@ -42,6 +43,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="overrides applied to every cell, last (e.g. train.rounds=5)")
     p.add_argument("--baseline", help="the method each one is compared with (default: the grid's, or the first)")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default 1; at most the cores)")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="run each cell as a task on a Ray cluster (the ray extra; docs/cluster.md), reserving the "
+                        "cell's ray.num_cpus (default threads) and ray.num_gpus: its head's host:port, ray://host:port, "
+                        "or without ADDRESS the cluster of RAY_ADDRESS or of 'ray start' on this machine ('local': "
+                        "a Ray started here)")
+    p.add_argument("--ray-files", choices=("auto", "shared", "shipped"), default="auto",
+                   help="with --ray: where cells write their run directories: 'shared' into --out on every node (a "
+                        "shared file system), 'shipped' on the node, then sent back here; 'auto' (default): shared "
+                        "where the node sees --out, else shipped")
     p.add_argument("--out", help="output directory (default: runs/compare/<grid name>)")
     p.add_argument("--reuse", metavar="DIR",
                    help="copy in finished runs found under DIR (e.g. runs/compare) whose config equals a "
@@ -82,9 +92,12 @@ def spec_from_args(args: argparse.Namespace) -> GridSpec:
 def main(args: argparse.Namespace) -> int:
     from fedaug.core.runtime import configure_process
     from fedaug.report.progress import GridProgress
+    from fedaug.report.ray_cells import RayCells
     from fedaug.report.runner import CellError, log_invocation, run_grid, write_grid_file
     from fedaug.report.table import write_tables
 
+    if args.ray is None and args.ray_files != "auto":
+        raise ConfigError(f"--ray-files {args.ray_files} says where cells on a Ray cluster write; add --ray [ADDRESS]")
     spec = spec_from_args(args)
     out = Path(args.out or Path("runs") / "compare" / spec.name)
     failure = None
@@ -98,10 +111,11 @@ def main(args: argparse.Namespace) -> int:
             with display if display is not None else nullcontext():
                 outcomes = run_grid(spec, out, args.jobs, on_done=display.finished if display else None,
                                     reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going,
-                                    watch=display)
+                                    watch=display, ray=RayCells(args.ray, args.ray_files) if args.ray else None)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, exc.outcomes
-        command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", f"--jobs {args.jobs}",
+        where = [f"--ray {args.ray}", f"--ray-files {args.ray_files}"] if args.ray else [f"--jobs {args.jobs}"]
+        command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", *where,
                             *([f"--seeds {' '.join(map(str, args.seeds))}"] if args.seeds else []),
                             *([f"--only-methods {' '.join(map(repr, args.only_methods))}"]
                               if args.only_methods else []),
@@ -117,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
             worked = sum(o.status in ("ran", "resumed") for o in outcomes)
             reused = sum(o.status == "reused" for o in outcomes)
             print(f"wall time: {wall:.0f} s for {worked} of {len(outcomes)} cells run "
-                  f"(--jobs {args.jobs}){f', {reused} reused' if reused else ''}", file=sys.stderr)
+                  f"({where[0]}){f', {reused} reused' if reused else ''}", file=sys.stderr)
     files = write_tables(out)
     if args.format == "json":
         print(files["json"].read_text(), end="")

@@ -20,6 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                     "on the run's own device; the resume warns that the device moved")
     p.add_argument("--workers", type=int, help="train the remaining rounds' clients on this many worker processes "
                                                "(the numbers do not change: docs/engine.md, 'Workers')")
+    p.add_argument("--fleet", choices=("local", "ray"),
+                   help="where the remaining rounds' workers run: 'local' (this machine, e.g. after the Ray cluster "
+                        "is gone) or 'ray' (docs/cluster.md); the numbers do not change")
     p.add_argument("--from-round", type=int, metavar="K", dest="from_round",
                    help="continue from the checkpoint of round K instead of the newest (0: from the start); later "
                         "checkpoints are deleted and later records moved to metrics.aside.jsonl, e.g. to go back "
@@ -44,5 +47,5 @@ def main(args: argparse.Namespace) -> int:
     if note and not args.quiet:
         print(f"fedaug: {note}", file=sys.stderr, flush=True)
     summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
-                                         from_round=args.from_round, workers=args.workers)
+                                         from_round=args.from_round, workers=args.workers, fleet=args.fleet)
     return finish(summary, run_dir, args.format)

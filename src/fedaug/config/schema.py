@@ -110,6 +110,24 @@ class LogConfig:
     wandb_project: str = opt("fedaug", "the W&B project of the offline runs (used when they are synced)")
 
 
+#: where a run's workers run (``fleet``): on this machine, or as Ray actors on a cluster (docs/cluster.md)
+FLEETS = ("local", "ray")
+
+
+@dataclass
+class RayConfig:
+    address: str = opt("", "the Ray cluster of fleet = 'ray': its head's host:port, ray://host:10001 (Ray Client) or "
+                           "auto (RAY_ADDRESS, else the cluster this machine joined with ray start); empty: RAY_ADDRESS "
+                           "where it is set, else a Ray started on this machine for the run; a process already "
+                           "connected to Ray (a Ray task, a grid cell of fedaug compare --ray) keeps its connection")
+    num_cpus: float = opt(None, "CPUs Ray reserves for each worker actor (fleet = 'ray'), or for a grid cell's task "
+                                "(fedaug compare --ray); default: threads (for a cell with worker processes, "
+                                "workers x threads)", lo=0.0, nullable=True)
+    num_gpus: float = opt(0.0, "GPUs Ray reserves for each worker actor, or for a grid cell's task (a fraction "
+                               "shares one GPU: 0.5 puts two on it); the actor or cell computes on the GPU Ray gives "
+                               "it (device = 'auto' or 'cuda')", lo=0.0)
+
+
 #: ``trust.screen_multiple``'s default: honest uploads stay far below it (docs/engine.md, "The trust boundary")
 SCREEN_MULTIPLE = 10.0
 
@@ -190,6 +208,10 @@ class RunConfig:
                        lo=1)
     devices: list[str] = opt([], "devices of the worker processes, in turn (e.g. ['cuda:0', 'cuda:1']; several "
                                  "workers may share one); empty: every worker on 'device'")
+    fleet: str = opt("local", "where the workers run: local (workers = 1: this process; more: worker processes of "
+                              "this machine) or ray (workers Ray actors on the cluster of [ray], each with its own "
+                              "worker model; the records equal workers = 1 at the same threads; docs/cluster.md)",
+                     choices=FLEETS)
     device: str = opt("auto", "where tensors live: auto (CUDA if available, else cpu), cpu, cuda, cuda:N, mps; "
                               "resolved on the machine that runs (config.toml keeps it as written)")
     precision: str = opt("32", "32: true float32 (no TF32 on CUDA); tf32: float32 with TF32 matrix products and "
@@ -206,6 +228,7 @@ class RunConfig:
     attack: AttackConfig = field(default_factory=AttackConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (``None`` values omitted, as TOML has no null)."""
@@ -312,7 +335,7 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     if fixed:
         problems.append(f"'model.options.{fixed[0]}' is set by the dataset ({' and '.join(fixed)} come from its "
                         "data); remove it from [model.options]")
-    problems += _attack_problems(cfg.attack) + _grouping_problems(cfg) + _graph_problems(cfg)
+    problems += _attack_problems(cfg.attack) + _grouping_problems(cfg) + _graph_problems(cfg) + _fleet_problems(cfg)
     if fits(cfg.imports, list[str]):  # imported here, so that every process that reads the config has them
         problems += import_problems(cfg.imports)
     if problems:
@@ -331,6 +354,25 @@ def _grouping_problems(cfg: RunConfig) -> list[str]:
                         "set workers = 1 (a GPU's groups keep it busy) or train.group_clients = 1")
     if cfg.precision not in FLOAT32:
         problems.append(_float32_only(f"'train.group_clients' = {g}", "train.group_clients = 1", cfg.precision))
+    return problems
+
+
+def _fleet_problems(cfg: RunConfig) -> list[str]:
+    """What ``fleet = 'ray'`` cannot be combined with (docs/cluster.md)."""
+    if cfg.fleet != "ray":
+        return []
+    problems = []
+    if fits(cfg.devices, list[str]) and cfg.devices:
+        problems.append("'devices' places worker processes on this machine's devices, but fleet = 'ray' places each "
+                        "worker actor where Ray gives it the GPUs it reserves: remove devices and set ray.num_gpus")
+    g = cfg.train.group_clients
+    if fits(g, int) and g > 1:
+        problems.append(f"'train.group_clients' = {g} trains groups on one worker model in this process, but fleet = "
+                        "'ray' trains each client on a Ray actor: set train.group_clients = 1 or fleet = 'local'")
+    gpus = cfg.ray.num_gpus
+    if isinstance(cfg.device, str) and cfg.device.startswith("cuda") and fits(gpus, float) and gpus == 0:
+        problems.append(f"device = {cfg.device!r} with fleet = 'ray' needs ray.num_gpus > 0 (Ray hides the GPUs from "
+                        "an actor that reserves none): set ray.num_gpus (1, or 0.5 to share a GPU) or device = 'auto'")
     return problems
 
 

@@ -24,7 +24,9 @@ from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.client.worker import Worker, build_worker_model
 from fedaug.engine.fleet.inprocess import InProcessFleet, Order
-from fedaug.engine.fleet.processes import ProcessFleet, WorkerDied
+from fedaug.engine.fleet.processes import ProcessFleet
+from fedaug.engine.fleet.ray import RayFleet
+from fedaug.engine.fleet.tasks import WorkerDied
 from fedaug.engine.records.installation import installation
 from fedaug.engine.records.progress import Progress, RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, RunDir
@@ -53,11 +55,18 @@ class Simulation(Server):
         federation = Federation.of(data)
         federation.check(cfg)
         device = resolve_device(cfg.device)
-        fleet: InProcessFleet | ProcessFleet
-        if cfg.workers > 1:
-            if execution_order is not None:
-                raise ConfigError("execution_order runs clients in a given order on one worker; with workers > 1 "
-                                  "they run as workers become free: set workers=1 to choose the order")
+        fleet: InProcessFleet | ProcessFleet | RayFleet
+        if execution_order is not None and cfg.fleet == "ray":
+            raise ConfigError("execution_order runs clients in a given order on one worker in this process; with "
+                              "fleet = 'ray' they run as actors become free: set fleet='local' and workers=1 to "
+                              "choose the order")
+        if execution_order is not None and cfg.workers > 1:
+            raise ConfigError("execution_order runs clients in a given order on one worker; with workers > 1 "
+                              "they run as workers become free: set workers=1 to choose the order")
+        if cfg.fleet == "ray":
+            fleet = RayFleet(cfg, recipe, data, device)  # pickles the recipe before its setup
+            model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
+        elif cfg.workers > 1:
             devices = [str(resolve_device(d)) for d in cfg.devices] or [str(device)]
             fleet = ProcessFleet(cfg, recipe, data, device, devices)  # pickles the recipe before its setup
             model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
@@ -75,7 +84,8 @@ class Simulation(Server):
 
     def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
             tracker: Tracker | None = None) -> dict[str, Any]:
-        """:meth:`Server.run`, then stop the worker processes (``workers > 1``) however it ends."""
+        """:meth:`Server.run`, then stop the worker processes or actors (``workers > 1``, ``fleet = "ray"``)
+        however it ends."""
         try:
             return super().run(run_dir, progress, tracker)
         except WorkerDied as exc:
@@ -85,15 +95,17 @@ class Simulation(Server):
             self.close()
 
     def _environment(self) -> dict[str, Any]:
-        """Where the run computed; with worker processes, the thread count they trained at (``threads``)
-        and how many there were (``workers``)."""
+        """Where the run computed; with worker processes or Ray actors, the thread count they trained at
+        (``threads``), how many there were (``workers``) and, on Ray, ``fleet``."""
         env = super()._environment()
-        if self.cfg.workers > 1:
+        if self.cfg.workers > 1 or self.cfg.fleet == "ray":
             env.update(threads=self.cfg.threads, workers=self.cfg.workers)
+        if self.cfg.fleet == "ray":
+            env.update(fleet="ray")
         return env
 
     def close(self) -> None:
-        """Stop the worker processes, if any (a later round starts them again)."""
+        """Stop the worker processes or actors, if any (a later round starts them again)."""
         self.fleet.close()
 
     def __enter__(self) -> "Simulation":
@@ -123,16 +135,19 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
                    tags: Mapping[str, str] | None = None,
-                   on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   on_round: Callable[[RoundUpdate], None] | None = None,
+                   out_dir: str | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
     ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`) and whose
     ``environment.jsonl`` this installation (:func:`~fedaug.engine.records.installation.installation`), tracked
     where ``[log]`` asks (:class:`~fedaug.engine.records.tracking.Tracker`, with ``tags``); progress on stderr
-    (:class:`~fedaug.engine.records.progress.Progress`; none with ``quiet``), each round also to ``on_round``."""
+    (:class:`~fedaug.engine.records.progress.Progress`; none with ``quiet``), each round also to ``on_round``.
+    ``out_dir`` puts the run directory elsewhere while its ``config.toml`` keeps ``cfg.out_dir`` (a grid
+    cell that a Ray node computes in a directory of its own, then ships to ``cfg.out_dir``)."""
     cfg = pin(cfg)
     check_tracking(cfg)
     sim = build_simulation(cfg, execution_order)
-    run_dir = RunDir.start(cfg) if write else None
+    run_dir = RunDir.start(cfg, out_dir) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
         if run_dir is not None:
             run_dir.append_environment(0, installation())
@@ -143,7 +158,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
                       recipe: Recipe | None = None, workers: int | None = None,
-                      from_round: int | None = None,
+                      fleet: str | None = None, from_round: int | None = None,
                       tags: Mapping[str, str] | None = None,
                       on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
@@ -153,8 +168,10 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             CPU for a run that began on a GPU; the checkpoint restores with a warning that the
             device moved (the rounds after it are another sample of the experiment).
         recipe: the method, for a run started with one of your own (default: built from the config).
-        workers: train the remaining rounds on this many worker processes (``None``: the run's own
-            ``workers``); the numbers are the same.
+        workers: train the remaining rounds on this many worker processes or actors (``None``: the run's
+            own ``workers``); the numbers are the same.
+        fleet: where the workers run from here (``"local"`` or ``"ray"``; ``None``: the run's own
+            ``fleet``), e.g. on this machine after the cluster is gone; the numbers are the same.
         from_round: continue from the checkpoint of this round instead of the newest (0: from
             scratch); later checkpoints are deleted and later records moved aside
             (:meth:`~fedaug.engine.records.rundir.RunDir.rewind`), e.g. to go back before a poisoned round.
@@ -178,6 +195,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
         if workers is not None:
             cfg = validate({**cfg.to_dict(), "workers": workers})
+        if fleet is not None:
+            cfg = validate({**cfg.to_dict(), "fleet": fleet})
         if device is not None:
             cfg = validate({**cfg.to_dict(), "device": device})
         else:

@@ -1,12 +1,13 @@
 """Running a comparison grid: one run directory per (setting, method, seed), resumable, in one
-process or in parallel worker processes.
+process, in parallel worker processes, or as tasks on a Ray cluster (:mod:`fedaug.report.ray_cells`).
 
 Layout under the output directory::
 
     grid.json                                       the grid (labels, seeds, baseline, what it reproduces)
     invocations.jsonl                               one line per `fedaug compare` run on it: wall time, cells
     <setting>/<method>/seed<k>/<method>-<timestamp>/  the cell's run directory (docs/engine.md)
-    <setting>/<method>/seed<k>/.lock                  held (pid inside) while a process works on the cell
+    <setting>/<method>/seed<k>/.lock                  held (pid inside) while a process works on the cell (on
+                                                    Ray: the driver's, for the cells it has submitted)
 
 A cell whose newest run directory holds ``summary.json`` is finished and is not run again; one
 without it is resumed from its newest checkpoint (:func:`resume_experiment`). A finished or
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fedaug.config.load import flatten, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
@@ -53,6 +54,9 @@ from fedaug.engine.records.rundir import CONFIG, SUMMARY
 from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
 from fedaug.report.grid import GridSpec, slug
+
+if TYPE_CHECKING:
+    from fedaug.report.ray_cells import RayCells
 
 GRID_FILE = "grid.json"
 INVOCATIONS = "invocations.jsonl"
@@ -129,21 +133,22 @@ def find_run(directory: Path) -> Path | None:
 
 
 def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
-         reuse: dict[str, Path] | None = None) -> list[Cell]:
+         reuse: dict[str, Path] | None = None, local: bool = True) -> list[Cell]:
     """Every cell of ``spec``, seed-major (a partial grid still pairs methods on the same seeds),
     and the finished run in ``reuse`` (from :func:`finished_runs`) with the same config, if any.
 
     The cores are shared, never oversubscribed: ``jobs`` cells run at once, each with its config's
     ``workers`` processes (1: the cell's own process) of ``threads`` torch threads, so ``threads`` is
     capped at ``cores // (jobs x workers)`` and ``jobs x workers x threads <= cores`` (docs/engine.md,
-    "Workers").
+    "Workers"). Cells that run elsewhere (``local=False``: on a Ray cluster, which reserves each cell's
+    CPUs) keep their config's ``threads``.
 
     Raises:
         ConfigError: ``jobs`` is below 1 or above the available cores, or ``jobs x workers`` of a cell
             exceeds them.
     """
     cores = cores or available_cores()
-    if not 1 <= jobs <= cores:
+    if local and not 1 <= jobs <= cores:
         raise ConfigError(f"--jobs must be between 1 and the {cores} available cores, got {jobs}")
     cells = []
     for seed in spec.seeds:
@@ -152,11 +157,11 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
                 raw = spec.raw(setting, method, seed)
                 directory = cell_dir(out, setting, method, seed)
                 cfg = parse_config(raw)
-                if jobs * cfg.workers > cores:
+                if local and jobs * cfg.workers > cores:
                     raise ConfigError(f"--jobs {jobs} x workers {cfg.workers} = {jobs * cfg.workers} processes "
                                       f"would share {cores} cores; lower --jobs, or workers "
                                       f"(--set workers={max(1, cores // jobs)})")
-                threads = min(cfg.threads, max(1, cores // (jobs * cfg.workers)))
+                threads = min(cfg.threads, max(1, cores // (jobs * cfg.workers))) if local else cfg.threads
                 raw.update(name=slug(method), out_dir=str(directory), threads=threads)
                 source = (reuse or {}).get(config_key(raw))
                 if source is not None and source.resolve().is_relative_to(directory.resolve()):
@@ -167,9 +172,9 @@ def plan(spec: GridSpec, out: Path, jobs: int = 1, cores: int | None = None,
 
 #: keys that may differ between a cell's stored config and the grid's: a resumed cell keeps the
 #: thread count it started with, a grid directory may be moved, a reused run keeps its name, where a run
-#: computes (worker processes, their devices) changes none of its numbers, and where it is tracked ([log])
-#: is not part of the experiment
-IGNORED = ("threads", "out_dir", "name", "workers", "devices", "log")
+#: computes (worker processes, their devices, Ray actors and what they reserve) changes none of its numbers, and
+#: where it is tracked ([log]) is not part of the experiment
+IGNORED = ("threads", "out_dir", "name", "workers", "devices", "fleet", "ray", "log")
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
@@ -273,35 +278,61 @@ def _run_cell(cell: Cell, note: Callable[[str], None], on_round: Callable[[Round
     if not claim(lock):
         return CellOutcome(cell, "busy", None, 0.0)
     try:
-        existing = find_run(cell.dir)
-        if existing is not None:
-            stored = read_toml(existing / CONFIG)
-            diff = config_mismatch(stored, cell.raw)
-            if diff:
-                notes = "".join(f"; {note}" for note in legacy_notes(parse_config(stored)))
-                fix = "write the value it ran with into its config.toml, or delete" if notes else "delete"
-                raise ConfigError(
-                    f"'{existing}' was run with a different config ({', '.join(diff)} differ{notes}); "
-                    f"{fix} that directory to rerun the cell, or give another --out")
-            if (existing / SUMMARY).is_file():
-                return CellOutcome(cell, "done before", str(existing), 0.0)
-            note("start")
-            with torch_threads(parse_config(stored).threads):  # the thread count it started with
-                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round)
-            return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
-        if cell.reuse is not None:
-            copy = cell.dir / cell.reuse.name
-            shutil.copytree(cell.reuse, copy.with_name(copy.name + ".partial"))
-            os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
-            return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
-        note("start")
-        with torch_threads(cell.raw["threads"]):
-            _, run = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round)
-        return CellOutcome(cell, "ran", str(run.path) if run else None, time.perf_counter() - t0)
+        return settle(cell) or compute(cell, cell.dir, note, on_round)
     except FedaugError as exc:
         return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))
     finally:
         lock.unlink(missing_ok=True)
+
+
+def settle(cell: Cell) -> CellOutcome | None:
+    """The outcome of a cell that needs no training (its run is finished: ``"done before"``; a finished
+    run with its config is copied in: ``"reused"``), else ``None`` (it trains: :func:`compute`).
+
+    Raises:
+        ConfigError: the cell's run was started with another config (naming the keys that differ).
+    """
+    existing = find_run(cell.dir)
+    if existing is not None:
+        stored = read_toml(existing / CONFIG)
+        diff = config_mismatch(stored, cell.raw)
+        if diff:
+            notes = "".join(f"; {note}" for note in legacy_notes(parse_config(stored)))
+            fix = "write the value it ran with into its config.toml, or delete" if notes else "delete"
+            raise ConfigError(
+                f"'{existing}' was run with a different config ({', '.join(diff)} differ{notes}); "
+                f"{fix} that directory to rerun the cell, or give another --out")
+        return CellOutcome(cell, "done before", str(existing), 0.0) if (existing / SUMMARY).is_file() else None
+    if cell.reuse is not None:
+        t0 = time.perf_counter()
+        copy = cell.dir / cell.reuse.name
+        shutil.copytree(cell.reuse, copy.with_name(copy.name + ".partial"))
+        os.replace(copy.with_name(copy.name + ".partial"), copy)  # a half-copied run is never seen
+        return CellOutcome(cell, "reused", str(copy), time.perf_counter() - t0)
+    return None
+
+
+def compute(cell: Cell, where: Path, note: Callable[[str], None],
+            on_round: Callable[[RoundUpdate], None]) -> CellOutcome:
+    """Train a cell that :func:`settle` left: resume its run found in ``where`` (at the thread count it
+    started with), or run it anew there. ``where`` is the cell's directory, or (a Ray node that does not
+    see it) a directory of the node's own whose run directory goes to the cell's afterwards; the run's
+    ``config.toml`` names the cell's directory either way.
+
+    Raises:
+        FedaugError: the run failed.
+    """
+    t0 = time.perf_counter()
+    existing = find_run(where)
+    note("start")
+    if existing is not None:
+        with torch_threads(parse_config(read_toml(existing / CONFIG)).threads):  # the thread count it started with
+            _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round)
+        return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
+    with torch_threads(cell.raw["threads"]):
+        _, made = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round,
+                                 out_dir=None if where == cell.dir else str(where))
+    return CellOutcome(cell, "ran", str(made.path) if made else None, time.perf_counter() - t0)
 
 
 #: a pool worker process's queue to the grid's process (set by :func:`_start_pool_worker`; None: no watch)
@@ -321,7 +352,7 @@ def _run_pooled(cell: Cell) -> CellOutcome:
     return run_cell(cell, None if events is None else lambda *event: events.put(event))
 
 
-def _deliver(events: Any, watch: GridWatch, ended: set[str], until_end_of: str | None = None) -> None:
+def deliver(events: Any, watch: GridWatch, ended: set[str], until_end_of: str | None = None) -> None:
     """Pass the queued cell reports to ``watch``, adding the labels of cells that reported their ``"end"``
     to ``ended``; with ``until_end_of``, wait (at most :data:`EVENTS_WAIT_S`) until that cell's is in,
     so that its rounds are shown before its outcome."""
@@ -367,8 +398,9 @@ def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
              on_done: Callable[[int, int, CellOutcome], None] | None = None,
              reuse: Path | None = None, keep_going: bool = False,
-             watch: GridWatch | None = None) -> list[CellOutcome]:
-    """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``).
+             watch: GridWatch | None = None, ray: RayCells | None = None) -> list[CellOutcome]:
+    """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``), or as
+    tasks on a Ray cluster (``ray``: as many at once as its resources allow, :mod:`fedaug.report.ray_cells`).
 
     Stops scheduling at the first failed cell (cells already running finish) and raises; with
     ``keep_going`` runs every other cell first, then raises naming all that failed.
@@ -382,30 +414,58 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
             yet whose config equals one of them gets a copy of it instead of a new run.
         keep_going: do not stop at a failed cell (for long unattended grids).
         watch: told the plan, and each cell's start and rounds as they happen (from worker processes
-            through a queue; a cell's rounds always before its ``on_done``).
+            or Ray tasks through a queue; a cell's rounds always before its ``on_done``).
+        ray: the cluster and how cells' files reach ``out`` (:class:`~fedaug.report.ray_cells.RayCells`).
 
     Returns:
         Every cell's outcome, in completion order.
 
     Raises:
-        ConfigError: ``jobs`` does not fit the cores (before anything runs).
+        ConfigError: ``jobs`` does not fit the cores, or is given with ``ray`` (before anything runs).
         CellError: a cell failed; the message names it and gives its error.
     """
-    cells = plan(spec, out, jobs, reuse=finished_runs(reuse) if reuse is not None else None)
+    if ray is not None and jobs != 1:
+        raise ConfigError(f"--jobs {jobs} runs cells in processes of this machine; with --ray the cluster runs as "
+                          "many cells at once as its resources allow: drop --jobs")
+    cells = plan(spec, out, jobs, reuse=finished_runs(reuse) if reuse is not None else None, local=ray is None)
     write_grid_file(spec, out)
     outcomes: list[CellOutcome] = []
-    if watch is not None:
-        watch.planned(cells, jobs)
 
     def record(outcome: CellOutcome) -> None:
         outcomes.append(outcome)
         if on_done is not None:
             on_done(len(outcomes), len(cells), outcome)
 
+    if ray is not None:
+        from fedaug.report.ray_cells import run_on_ray
+
+        run_on_ray(cells, Path(out), ray, record, keep_going, watch)
+    else:
+        _run_here(cells, jobs, record, keep_going, watch)
+    failed = [o for o in outcomes if o.status == "failed"]
+    if len(failed) == 1:
+        raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}", outcomes)
+    if failed:
+        raise CellError(f"{len(failed)} cells failed: " + "; ".join(f"{o.cell.label}: {o.error}" for o in failed),
+                        outcomes)
+    return outcomes
+
+
+def _run_here(cells: list[Cell], jobs: int, record: Callable[[CellOutcome], None], keep_going: bool,
+              watch: GridWatch | None) -> None:
+    """:func:`run_grid`'s cells on this machine: in this process, or ``jobs`` worker processes."""
+    outcomes: list[CellOutcome] = []
+
+    def keep(outcome: CellOutcome) -> None:
+        outcomes.append(outcome)
+        record(outcome)
+
+    if watch is not None:
+        watch.planned(cells, jobs)
     if jobs == 1:
         report = None if watch is None else partial(_tell, watch)
         for cell in cells:
-            record(run_cell(cell, report))
+            keep(run_cell(cell, report))
             if outcomes[-1].status == "failed" and not keep_going:
                 break
     else:
@@ -417,20 +477,13 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
             while pending:
                 done, pending = wait(pending, timeout=None if watch is None else 0.2, return_when=FIRST_COMPLETED)
                 if watch is not None:
-                    _deliver(events, watch, ended)
+                    deliver(events, watch, ended)
                 for future in done:
                     outcome = future.result()
                     if watch is not None:
-                        _deliver(events, watch, ended, until_end_of=outcome.cell.label)
-                    record(outcome)
+                        deliver(events, watch, ended, until_end_of=outcome.cell.label)
+                    keep(outcome)
                 if not keep_going and any(o.status == "failed" for o in outcomes):
                     for future in pending:
                         future.cancel()
                     pending = {f for f in pending if not f.cancelled()}
-    failed = [o for o in outcomes if o.status == "failed"]
-    if len(failed) == 1:
-        raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}", outcomes)
-    if failed:
-        raise CellError(f"{len(failed)} cells failed: " + "; ".join(f"{o.cell.label}: {o.error}" for o in failed),
-                        outcomes)
-    return outcomes

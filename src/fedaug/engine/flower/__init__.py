@@ -3,7 +3,7 @@
 - :mod:`~fedaug.engine.flower.server_app`: the ServerApp (fedaug's server side over Flower's Grid);
 - :mod:`~fedaug.engine.flower.client_app`: the ClientApp (fedaug's client side on a SuperNode);
 - :mod:`~fedaug.engine.flower.inprocess`: Flower's message path in one process (no Ray, no network);
-- :mod:`~fedaug.engine.flower.simulation`: Flower's simulation runtime (Ray, the ``flwr[simulation]`` extra);
+- :mod:`~fedaug.engine.flower.simulation`: Flower's simulation runtime (Ray, fedaug's ``ray`` extra);
 - :mod:`~fedaug.engine.flower.app`: a ready Flower app directory for a fedaug config;
 - :mod:`~fedaug.engine.flower.local`: the SuperLink/SuperNode/``flwr run`` commands of a loopback trial.
 

@@ -1,28 +1,22 @@
 """Flower's simulation runtime (Ray): every client a virtual SuperNode, in worker processes.
 
-Needs Ray (``pip install 'flwr[simulation]>=1.41,<1.43'``); fedaug's in-process engine stays the
-default and gives the same numbers. Flower sets each virtual SuperNode's ``partition-id`` and
+Needs Ray (``pip install 'fedaug[flower,ray]'``: the release Flower's ``simulation`` extra pins); fedaug's
+in-process engine stays the default and gives the same numbers. Flower sets each virtual SuperNode's ``partition-id`` and
 ``num-partitions``, so the dataset's clients map onto the nodes as in a deployment.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from flwr.simulation import run_simulation
 
 from fedaug.config.schema import RunConfig
+from fedaug.core.cluster import RAY_EXTRA, ray_installed
 from fedaug.core.errors import FedaugError
-from fedaug.engine.flower import FLWR_REQUIREMENT
 from fedaug.engine.flower.client_app import make_client_app
 from fedaug.engine.flower.server_app import make_server_app
 from fedaug.engine.flower.settings import run_config_for
-
-
-def ray_available() -> bool:
-    """Whether Flower's simulation backend (Ray) is installed."""
-    return importlib.util.find_spec("ray") is not None
 
 
 def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: float = 1.0, quiet: bool = False,
@@ -42,8 +36,8 @@ def run_flower_simulation(cfg: RunConfig, num_clients: int, *, cpus_per_client: 
     Raises:
         FedaugError: Ray is not installed, or the run failed (Flower logs the cause).
     """
-    if not ray_available():
-        raise FedaugError(f"Flower simulation needs Ray: pip install '{FLWR_REQUIREMENT.replace('flwr', 'flwr[simulation]')}'")
+    if not ray_installed():
+        raise FedaugError(f"Flower simulation needs Ray: {RAY_EXTRA.replace('fedaug[ray]', 'fedaug[flower,ray]')}")
     run_config = run_config_for(cfg, **settings)
     done: list[dict[str, Any]] = []
     run_simulation(make_server_app(run_config, on_summary=done.append, quiet=quiet), make_client_app(run_config),

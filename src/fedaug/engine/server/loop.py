@@ -50,7 +50,7 @@ RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
 
 #: where and how fast a run computes, not what: a checkpoint restores whatever these were
-PLACEMENT = ("device", "workers", "devices")
+PLACEMENT = ("device", "workers", "devices", "fleet", "ray")
 
 
 def _experiment(cfg: RunConfig) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""A real Ray cluster on loopback for the tests (issue 49): a head node and a worker node, each its own
+raylet, object store and agents, started with Ray's cluster utilities by the first test that needs it
+(``on_ray`` in tests/conftest.py) and stopped when the test process has no more tests for it. Only
+127.0.0.1 is used (the repository's conftest.py sets Ray to it before Ray is imported).
+
+The head reserves no CPU for tasks (as on a cluster whose head runs the driver only), so every actor and
+every cell runs on the worker node: 2 CPUs, the cores of CI. A test that kills the worker node runs after
+the other Ray tests (``breakable_ray``), and a test after it gets a new one; Ray's health check is set to
+notice a killed node in seconds (:data:`HEALTH_CHECK`). Where pytest-xdist spreads the Ray tests over
+several processes (only where they are most of a run), each process starts a cluster of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+#: CPUs of the worker node (the head has none)
+WORKER_CPUS = 2
+#: each node's object store (Ray's least is 75 MB; its default, 30 % of the memory, is far more than tests need)
+OBJECT_STORE = 100 * 1024**2
+#: what the head starts that the tests do not use: the dashboard's modules, the autoscaler's monitor, the log
+#: monitor (drivers here do not print workers' logs); its dashboard agent on a port of the system's choosing (Ray's
+#: fixed default would clash with a second test session on the machine)
+HEAD_TRIMMED = {"include_dashboard": False, "no_monitor": True, "include_log_monitor": False,
+                "dashboard_agent_listen_port": None}
+#: Ray's health check on the test cluster (the head's setting, read when it starts): every second, a node given up
+#: after 3 missed answers, so that a killed node is noticed in seconds (Ray's defaults take about 30 s)
+HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "1000",
+                "RAY_health_check_timeout_ms": "2000", "RAY_health_check_failure_threshold": "3"}
+
+
+class LoopbackCluster:
+    """The tests' cluster: started by the first test that needs it (:meth:`up`), stopped (:meth:`down`) when
+    this process has no more tests for it (tests/conftest.py), started again if one comes later."""
+
+    def __init__(self) -> None:
+        self.cluster: Any = None  # Ray's cluster utilities' Cluster, while it runs
+        self.worker: Any = None  # its worker node (None once it is killed)
+        self.lost: list[Any] = []  # the killed nodes
+
+    @property
+    def address(self) -> str:
+        """The head's GCS address (``host:port``)."""
+        return self.cluster.address
+
+    def up(self) -> LoopbackCluster:
+        """The cluster running (started where it is not, a worker node added where the last one was killed),
+        this process connected to it (again, where Flower's simulation disconnected it when it ended)."""
+        from fedaug.core.cluster import connect
+
+        if self.cluster is None:
+            os.environ.update(HEALTH_CHECK)
+            from ray.cluster_utils import Cluster
+
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 0, "node_ip_address": LOOPBACK, "object_store_memory": OBJECT_STORE, **HEAD_TRIMMED})
+        if self.worker is None:
+            self.add_worker()
+        connect(self.address)
+        return self
+
+    def down(self) -> None:
+        """Every node stopped and this process disconnected (nothing to do where it is not running)."""
+        if self.cluster is None:
+            return
+        import ray
+
+        try:
+            ray.shutdown()
+        finally:
+            self.cluster.shutdown()
+            self.cluster = self.worker = None
+
+    def add_worker(self) -> Any:
+        """A worker node of :data:`WORKER_CPUS` CPUs, now the cluster's worker, once it has joined."""
+        self.worker = self.cluster.add_node(num_cpus=WORKER_CPUS, node_ip_address=LOOPBACK,
+                                            object_store_memory=OBJECT_STORE)
+        self.cluster.wait_for_nodes()
+        return self.worker
+
+    def kill_worker(self) -> str:
+        """SIGKILL every process of the worker node (raylet, object store, agents; its workers follow); its id."""
+        node, node_id = self.worker, self.worker.node_id
+        self.cluster.remove_node(node, allow_graceful=False)
+        self.lost.append(node)
+        self.worker = None
+        return node_id
