@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from fedaug.core.payload import state_nbytes
 from fedaug.engine.protocol import Reply
-from fedaug.methods.component import State
+from fedaug.methods.component import Phase, State
 
 
 class StatesHere:
@@ -20,6 +22,19 @@ class StatesHere:
             self.client_states[client_id] = reply.state
         else:
             self.client_states.pop(client_id, None)
+
+    def delivered(self, phase: Phase, replies: Iterable[tuple[int, Reply]]) -> Iterator[tuple[int, Reply]]:
+        """``replies`` passed on, a training phase's states kept (:meth:`keep`); if the phase breaks off,
+        the fleet is closed first: a remote worker may be mid-client, and none of its answers can be
+        trusted to arrive."""
+        try:
+            for cid, reply in replies:
+                if phase == "train":
+                    self.keep(cid, reply)
+                yield cid, reply
+        except BaseException:
+            self.close()
+            raise
 
     def state_bytes(self) -> dict[int, int]:
         return {cid: state_nbytes(st) for cid, st in self.client_states.items()}

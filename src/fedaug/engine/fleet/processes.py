@@ -167,14 +167,7 @@ class ProcessFleet(StatesHere):
             w.channel.send(NewPhase())
             w.channel.reset()
         ids = list(client_ids)
-        try:
-            for cid, reply in in_order(ids, self._answers(pool, phase, r, lr, ids, message)):
-                if phase == "train":
-                    self.keep(cid, reply)
-                yield cid, reply
-        except BaseException:
-            self.close()  # a worker may be mid-client: none of its answers can be trusted to arrive
-            raise
+        yield from self.delivered(phase, in_order(ids, self._answers(pool, phase, r, lr, ids, message)))
 
     def _answers(self, pool: list[_Process], phase: Phase, r: int, lr: float, ids: list[int],
                  message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:

@@ -187,14 +187,7 @@ class RayFleet(StatesHere):
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
         actors = self._start()
         ids = list(client_ids)
-        try:
-            for cid, reply in in_order(ids, self._answers(actors, phase, r, lr, ids, message)):
-                if phase == "train":
-                    self.keep(cid, reply)
-                yield cid, reply
-        except BaseException:
-            self.close()  # an actor may be mid-client: none of its answers can be trusted to arrive
-            raise
+        yield from self.delivered(phase, in_order(ids, self._answers(actors, phase, r, lr, ids, message)))
 
     def _answers(self, actors: list[_Actor], phase: Phase, r: int, lr: float, ids: list[int],
                  message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
