@@ -48,7 +48,8 @@ def test_read_idx_round_trips(tmp_path: Path) -> None:
         assert np.array_equal(out, array) and out.shape == array.shape and out.dtype.isnative
 
 
-@pytest.mark.parametrize("payload", [b"junk", gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x05abc")])
+@pytest.mark.parametrize("payload", [b"junk", gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x05abc", mtime=0)],
+                         ids=["junk", "gzipped-short-header"])
 def test_read_idx_rejects_malformed_files(tmp_path: Path, payload: bytes) -> None:
     (tmp_path / "bad.gz").write_bytes(payload)
     with pytest.raises(DataError, match=r"bad.gz' is not a gzipped idx file"):
