@@ -1,17 +1,22 @@
 """Engine vs bare PyTorch loop per device and precision (issue 17; not a test: it reports).
 
 For each model (small_cnn on Digits-4 shapes 3x28x28, alexnet_bn on 3x256x256, mobilenetv2_cifar on
-3x32x32, unet3d on 16^3 brain-MRI patches), device (cpu; cuda when present) and precision
-("32", "bf16-mixed"; "16-mixed" on CUDA), it measures the median per-round training time of
+3x32x32, unet3d on synthetic 1x16^3 volumes segmented by intensity: no data set needed), device (cpu; cuda
+when present) and precision ("32", "bf16-mixed"; "16-mixed" on CUDA), it measures the median per-round
+training time of
 
 * the engine: a FedAvg round of 2 clients x ``steps`` local steps (evaluation excluded);
 * a bare loop: the same model, data, optimiser and steps on the same device, with the global
-  weights loaded per client and averaged afterwards, and nothing else;
+  weights loaded per client (``load_state_dict``, a new optimiser) and averaged afterwards (float64
+  temporaries), and nothing else: the floor before issue 46;
+* the lean loop (issue 46, the floor): the same work the leanest honest way: FedAvg's start and average
+  in place (benchmarks/lean.py: one optimiser whose state is cleared per client, a float32 sum), the
+  mini-batches drawn on the device (no host synchronisation per step), a GradScaler for "16-mixed";
 
-and their ratio (engine / bare, per repeat, then the median), plus the data-transfer share of an
-engine round: the time to move the round's clients' training splits to the device (pinned, non
-blocking, synchronised) over the round time (0 on the CPU: nothing moves). Engine and bare loop
-alternate within each repeat, in this process, so machine noise hits both.
+their ratios (engine / bare and engine / lean, per repeat, then the median), plus the data-transfer share
+of an engine round: the time to move the round's clients' training splits to the device (pinned, non
+blocking, synchronised) over the round time (0 on the CPU: nothing moves). The three alternate within each
+repeat, in this process, so machine noise hits them all.
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_device.py --quick [--devices cuda]``.
 """
@@ -26,10 +31,15 @@ from typing import Any
 
 import torch
 
+from lean import LeanAverage  # benchmarks/lean.py (this script's folder is on the path)
+
 from fedaug.config.schema import RunConfig, validate
-from fedaug.core.device import autocast, available_devices, environment, module_device, resolve_device
-from fedaug.engine.run import build_simulation
+from fedaug.core.device import (autocast, available_devices, environment, grad_scaler, module_device,
+                                resolve_device)
+from fedaug.data.base import ClientData, FederatedData, Split
+from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.base.fedavg import weighted_average
+from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import build_model
 
 #: model -> (dataset, dataset options, batch size)
@@ -40,8 +50,25 @@ MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
                                  "size": 256}, 8),
     "mobilenetv2_cifar": ("synthetic", {"num_clients": 2, "samples_per_client": 64, "num_classes": 10,
                                         "channels": 3, "size": 32}, 32),
-    "unet3d": ("brain_mri", {"dims": 3, "patch": 16, "size": 32}, 4),
+    "unet3d": ("volumes", {"num_clients": 2, "samples_per_client": 32, "size": 16}, 4),
 }
+#: intensity thresholds between the synthetic volumes' 3 classes (a voxel's class: the thresholds it exceeds)
+THRESHOLDS = (0.5, 0.8)
+
+
+def volumes(num_clients: int, samples_per_client: int, size: int) -> FederatedData:
+    """A segmentation federation any machine has: seeded uniform volumes ``(1, size, size, size)``, each
+    voxel's class the number of :data:`THRESHOLDS` it exceeds; a quarter of the samples each to val and test."""
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> Split:
+        x = torch.rand(n, 1, size, size, size, generator=g)
+        return Split(x, sum((x[:, 0] > t).long() for t in THRESHOLDS))
+
+    n_eval = max(samples_per_client // 4, 1)
+    return FederatedData("volumes", "segmentation", len(THRESHOLDS) + 1, (1, size, size, size),
+                         [ClientData(f"v{k}", f"v{k}", split(samples_per_client), split(n_eval), split(n_eval))
+                          for k in range(num_clients)])
 
 
 def sync(device: torch.device) -> None:
@@ -51,10 +78,19 @@ def sync(device: torch.device) -> None:
 
 def config(model: str, device: str, precision: str, steps: int, rounds: int) -> RunConfig:
     data, options, batch = MODELS[model]
-    return validate({"seed": 0, "device": device, "precision": precision,
-                     "data": {"name": data, "options": options}, "model": {"name": model},
+    registered = {"name": data, "options": options} if data != "volumes" else {"name": "synthetic"}
+    return validate({"seed": 0, "device": device, "precision": precision, "data": registered, "model": {"name": model},
                      "train": {"rounds": rounds, "local_steps": steps, "batch_size": batch, "lr": 0.01},
                      "eval": {"every": 10**6}})
+
+
+def simulation(model: str, cfg: RunConfig) -> Simulation:
+    """The engine on ``model``'s data (the synthetic volumes built here; the others from the registry)."""
+    data, options, _ = MODELS[model]
+    if data == "volumes":
+        resolve_device(cfg.device)
+        return Simulation(cfg, volumes(**options), build_recipe("fedavg", [], {}))
+    return build_simulation(cfg)
 
 
 def engine_round(sim: Any, r: int) -> float:
@@ -92,6 +128,48 @@ def bare_round(sim: Any, cfg: RunConfig, model: torch.nn.Module, g: torch.Genera
     return time.perf_counter() - t0
 
 
+class LeanRound:
+    """The lean floor's round (issue 46): :class:`lean.LeanAverage`'s in-place start and average around the same
+    local steps, with one optimiser, the mini-batches' indices drawn on the device and a GradScaler for
+    "16-mixed"; the clients' training splits move to the device per round, as the engine moves them."""
+
+    def __init__(self, sim: Any, cfg: RunConfig, model: torch.nn.Module) -> None:
+        self.sim, self.cfg, self.model = sim, cfg, model
+        self.device = module_device(model)
+        self.opt = torch.optim.SGD(model.parameters(), lr=cfg.train.lr, momentum=0.9, weight_decay=5e-4)
+        self.average = LeanAverage(model)
+        self.scaler = grad_scaler(self.device, cfg.precision)
+        self.gen = torch.Generator(self.device).manual_seed(0)
+
+    def __call__(self) -> float:
+        device, cfg, model, opt, scaler = self.device, self.cfg, self.model, self.opt, self.scaler
+        sync(device)
+        t0 = time.perf_counter()
+        clients = self.sim.data.clients
+        total = sum(len(c.train) for c in clients)
+        self.average.start_round()
+        model.train()
+        for client in clients:
+            x, y = client.train.x.to(device), client.train.y.to(device)
+            self.average.start_client(opt)
+            for _ in range(cfg.train.local_steps):
+                idx = torch.randperm(len(x), generator=self.gen, device=device)[: cfg.train.batch_size]
+                opt.zero_grad(set_to_none=True)
+                with autocast(device, cfg.precision):
+                    loss = self.sim.task.loss(model(x[idx]), y[idx])
+                if scaler is None:
+                    loss.backward()
+                    opt.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+            self.average.add_client(len(x) / total)
+        self.average.finish_round()
+        sync(device)
+        return time.perf_counter() - t0
+
+
 def transfer_time(sim: Any) -> float:
     """Seconds to move every client's training split to the device as a round does."""
     device = sim.device
@@ -105,23 +183,29 @@ def transfer_time(sim: Any) -> float:
 
 def measure(model: str, device: str, precision: str, steps: int, rounds: int, repeats: int) -> dict[str, Any]:
     cfg = config(model, device, precision, steps, rounds)
-    sim = build_simulation(cfg)
+    sim = simulation(model, cfg)
     bare_model = build_model(model, sim.data.input_shape[0], sim.data.num_classes).to(sim.device)
+    lean = LeanRound(sim, cfg, build_model(model, sim.data.input_shape[0], sim.data.num_classes).to(sim.device))
     g = torch.Generator().manual_seed(0)
     engine_round(sim, 1)  # warm-up (allocator, cuDNN autotuning)
     bare_round(sim, cfg, bare_model, g)
-    engine, bare, ratios, shares = [], [], [], []
+    lean()
+    engine, bare, lean_s, over_bare, over_lean, shares = [], [], [], [], [], []
     r = 1
     for _ in range(repeats):
         e = statistics.median(engine_round(sim, r := r + 1) for _ in range(rounds))
         b = statistics.median(bare_round(sim, cfg, bare_model, g) for _ in range(rounds))
+        fl = statistics.median(lean() for _ in range(rounds))
         engine.append(e)
         bare.append(b)
-        ratios.append(e / b)
+        lean_s.append(fl)
+        over_bare.append(e / b)
+        over_lean.append(e / fl)
         shares.append(transfer_time(sim) / e)
     return {"model": model, "device": str(sim.device), "precision": precision,
             "engine_round_s": statistics.median(engine), "bare_round_s": statistics.median(bare),
-            "engine_over_bare": statistics.median(ratios), "transfer_share": statistics.median(shares)}
+            "lean_round_s": statistics.median(lean_s), "engine_over_bare": statistics.median(over_bare),
+            "engine_over_lean": statistics.median(over_lean), "transfer_share": statistics.median(shares)}
 
 
 def main() -> None:
@@ -147,11 +231,13 @@ def main() -> None:
                 row = measure(model, device, precision, steps, rounds, repeats)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print("\n| model | device | precision | engine round s | bare round s | engine / bare | transfer share |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| model | device | precision | engine round s | bare round s | lean round s | engine / bare | "
+          "engine / lean | transfer share |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['model']} | {row['device']} | {row['precision']} | {row['engine_round_s']:.4f} | "
-              f"{row['bare_round_s']:.4f} | {row['engine_over_bare']:.2f} | {row['transfer_share']:.1%} |")
+              f"{row['bare_round_s']:.4f} | {row['lean_round_s']:.4f} | {row['engine_over_bare']:.2f} | "
+              f"{row['engine_over_lean']:.2f} | {row['transfer_share']:.1%} |")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from lean import LeanAverage  # benchmarks/lean.py (this script's folder is on the path)
 
 
 @dataclass(frozen=True)
@@ -166,37 +167,23 @@ class BareLoop:
 
 
 class LeanLoop(BareLoop):
-    """The leanest honest loop for the same work (issue 46; the floor of ``engine / lean``): one SGD optimiser
-    whose state is cleared per client (not built), the global weights copied into the model in place (no
-    ``load_state_dict``), each client's weights added into a float32 sum in place with its weight (no float64
-    temporaries, no copy per client), no synchronisation but the batches' own."""
+    """The leanest honest loop for the same work (issue 46; the floor of ``engine / lean``): FedAvg's start and
+    average in place (:class:`lean.LeanAverage`: one SGD optimiser whose state is cleared per client, the global
+    weights copied in, a float32 sum), no synchronisation but the batches' own."""
 
     def __init__(self, job: Job, threads: int, device: str = "cpu") -> None:
         super().__init__(job, threads, device)
-        self.entries = list(self.model.state_dict(keep_vars=True).values())
-        self.floats = [t for t in self.entries if t.is_floating_point()]
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-        self.global_entries = [t.detach().clone() for t in self.entries]
-        self.sum = [torch.zeros_like(t) for t in self.floats]
+        self.average = LeanAverage(self.model)
 
     def run_round(self, r: int) -> None:
         sampled = self.sampled(r)
         total = sum(len(self.data.clients[k].train) for k in sampled)
-        torch._foreach_zero_(self.sum)
-        ints = None
+        self.average.start_round()
         for k in sampled:
-            with torch.no_grad():
-                torch._foreach_copy_(self.entries, self.global_entries)
-            self.opt.state.clear()
-            n = self.local_steps(self.opt, r, k)
-            with torch.no_grad():
-                torch._foreach_add_(self.sum, [t.detach() for t in self.floats], alpha=n / total)
-                counts = [t for t in self.entries if not t.is_floating_point()]
-                ints = [c.clone() for c in counts] if ints is None else [torch.maximum(a, c) for a, c in zip(ints, counts)]
-        with torch.no_grad():
-            fl, it = iter(self.sum), iter(ints or [])
-            for dst, src in zip(self.global_entries, self.entries):
-                dst.copy_(next(fl) if src.is_floating_point() else next(it))
+            self.average.start_client(self.opt)
+            self.average.add_client(self.local_steps(self.opt, r, k) / total)
+        self.average.finish_round()
 
 
 def timed_round(run, r: int, device: str) -> tuple[tuple[float, float], object]:
