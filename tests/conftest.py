@@ -4,6 +4,7 @@ tiny grid of tests/report/conftest.py finished once per session."""
 from __future__ import annotations
 
 import math
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,16 +140,28 @@ def uses_ray(item: pytest.Item | None) -> bool:
     return item is not None and "ray_cluster" in getattr(item, "fixturenames", ())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the runs the tests start: a suite started in the background by a non-interactive shell
+    (``make test &`` in a script) ignores SIGINT, and its child processes would inherit that, so the tests
+    that interrupt a run would see it finish instead; this process takes Python's own handler back (an
+    ignored signal stays ignored across ``exec``, a handled one is reset to the default)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests on the loopback Ray cluster run first, together, in their order, those that kill its worker
     node (:func:`breakable_ray`) last of them: the cluster runs for them alone (:func:`pytest_runtest_teardown`
     stops it after the last), and under ``pytest -n`` (``make test``) they head the first process's share,
-    where work stealing, which takes from the end of a process's queue, leaves them together."""
-    on_ray = [item for item in items if uses_ray(item)]
-    if on_ray:
-        moved = set(map(id, on_ray))
-        on_ray.sort(key=lambda item: "breakable_ray" in item.fixturenames)
-        items[:] = on_ray + [item for item in items if id(item) not in moved]
+    where work stealing, which takes from the end of a process's queue, leaves them together. The ``slow``
+    tests (a minute or more each) come next, so that under ``pytest -n`` none of them is left to end the run
+    on one process while the others wait."""
+    def rank(item: pytest.Item) -> int:
+        if uses_ray(item):
+            return 1 if "breakable_ray" in item.fixturenames else 0
+        return 2 if item.get_closest_marker("slow") is not None else 3
+
+    items.sort(key=rank)  # stable: the collection's order within each rank
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
