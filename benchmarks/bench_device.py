@@ -211,13 +211,14 @@ def measure(model: str, device: str, precision: str, steps: int, rounds: int, re
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 steps, 2 rounds per repeat, 2 repeats")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats (each: the three sides' rounds in turn)")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--devices", nargs="*", choices=["cpu", "cuda"], default=None,
                         help="devices to measure (default: cpu, and cuda when present)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    steps, rounds, repeats = (2, 2, 2) if args.quick else (10, 3, 5)
+    steps, rounds, repeats = (2, 2, 2) if args.quick else (10, 3, args.repeats)
     has_cuda = any(d.startswith("cuda") for d in available_devices())
     devices = args.devices if args.devices is not None else ["cpu"] + (["cuda"] if has_cuda else [])
     rows = []

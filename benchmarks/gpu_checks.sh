@@ -25,7 +25,7 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out
 }
 step env 20 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 step tests_gpu 150 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
-step bench_device 100 "$py" benchmarks/bench_device.py --devices cuda --threads 8
+step bench_device 100 "$py" benchmarks/bench_device.py --devices cuda --threads 8 --repeats 3
 step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
 step bench_throughput 65 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
