@@ -25,7 +25,8 @@ cores); ``--workers-only`` for the worker scaling alone; ``--quick`` for a smoke
 ``--jobs W1 --groups 1 10`` for W1's ten clients a round trained as one batched group
 (``train.group_clients``, issue 39) against one at a time, with the largest difference of their losses
 (``--jobs G --groups 1 10 50 --device cuda`` on a GPU); ``--jobs G --graph --device cuda`` for each client's
-step replayed from CUDA graphs (``train.cuda_graph``, issue 39) against eager steps.
+step replayed from CUDA graphs (``train.cuda_graph``, issue 39) against eager steps; ``--jobs W2 --split``
+for where the engine's time per client goes against the lean loop's (issue 46).
 """
 
 from __future__ import annotations
@@ -346,6 +347,57 @@ def compare_settings(jobs: list[Job], rounds: int, repeats: int, settings: list[
     print()
 
 
+def split(job: Job, rounds: int) -> None:
+    """Where the engine's time per client goes against the lean loop's (issue 46), timed in place in one
+    process at one thread, the two sides alternating round by round: the local steps (the engine's
+    :func:`~fedaug.engine.client.training.eager_steps`, the lean loop's ``local_steps``), the worker's work
+    around them (the rest of the engine's ``Worker.run``; the lean loop's in-place start) and the rest of a
+    round (the server; the lean loop's average), per client, medians over the rounds after two warm-ups."""
+    import fedaug.engine.client.training as training
+    from fedaug.core.runtime import configure_process
+    from fedaug.engine.run import build_simulation
+
+    configure_process(1)
+    sim, lean = build_simulation(engine_config(job, rounds + 2, 1, 1)), LeanLoop(job, 1)
+    times: dict[str, list[float]] = {"worker": [], "steps": [], "lean start": [], "lean steps": []}
+
+    def timer(key: str, fn):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            times[key].append(time.perf_counter() - t0)
+            return out
+        return timed
+
+    worker, lean_steps, eager = sim.fleet.worker, lean.local_steps, training.eager_steps
+    worker.run, training.eager_steps = timer("worker", worker.run), timer("steps", eager)
+    lean.local_steps = timer("lean steps", lean_steps)
+    lean.average.start_client = timer("lean start", lean.average.start_client)
+    per_round: dict[str, list[float]] = {"engine": [], "lean": []}
+    try:
+        for r in range(1, rounds + 3):
+            if r == 3:
+                for v in times.values():
+                    v.clear()
+            for side, run in (("engine", sim.run_round), ("lean", lean.run_round))[::1 if r % 2 else -1]:
+                seconds = timed_round(run, r, "cpu")[0][0]
+                if r > 2:
+                    per_round[side].append(seconds)
+    finally:
+        training.eager_steps = eager
+    ms = {k: 1000 * statistics.median(v) for k, v in (times | per_round).items()}
+    n = job.per_round
+    rows = [("the local steps", ms["steps"], ms["lean steps"]),
+            ("the worker's work around them", ms["worker"] - ms["steps"], ms["lean start"]),
+            ("the rest of a round (server), per client", (ms["engine"] - n * ms["worker"]) / n,
+             (ms["lean"] - n * (ms["lean start"] + ms["lean steps"])) / n)]
+    print(f"## Per client, {job.name}: the engine against the lean loop ({rounds} rounds each, medians)\n")
+    print("| per client | engine ms | lean ms | more ms |\n|---|---:|---:|---:|")
+    for label, e, lo in rows:
+        print(f"| {label} | {e:.3f} | {lo:.3f} | {e - lo:+.3f} |")
+    print(f"\nrounds: engine {ms['engine']:.1f} ms, lean {ms['lean']:.1f} ms, ratio {ms['engine'] / ms['lean']:.3f}")
+
+
 def profile(job: Job, top: int) -> None:
     """cProfile of one round of ``job`` on the engine (after two warm-up rounds, one thread): the entries
     with the most own time."""
@@ -383,6 +435,8 @@ def main() -> None:
     parser.add_argument("--bare-only", action="store_true", help="only the engine / bare comparison")
     parser.add_argument("--profile", type=int, metavar="N", help="print the N entries of one round's cProfile with "
                                                                   "the most own time (first job), and stop")
+    parser.add_argument("--split", action="store_true", help="where the engine's time per client goes against "
+                                                             "the lean loop's (first job, --rounds rounds), and stop")
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1 repeat (smoke run)")
     parser.add_argument("--device", default="cpu", help="where every run trains (e.g. cuda: the workers share it)")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
@@ -399,6 +453,9 @@ def main() -> None:
     print(machine_line() + "\n")  # docs/benchmarks.md names the machine of every figure
     rounds, repeats = (2, 1) if args.quick else (args.rounds, args.repeats)
     jobs = [JOBS[j] for j in args.jobs]
+    if args.split:
+        split(jobs[0], rounds)
+        return
     if args.profile:
         profile(jobs[0], args.profile)
         return
