@@ -55,15 +55,11 @@ class InProcessFleet(StatesHere):
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
         if phase == "train" and self.group_size > 1:
-            yield from self._train_groups(r, lr, client_ids, message)
+            yield from self.delivered(phase, self._train_groups(r, lr, client_ids, message))
             return
         ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
-        for cid in ids:
-            reply = self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
-                                    self.client_states.get(cid, {}))
-            if phase == "train":
-                self.keep(cid, reply)
-            yield cid, reply
+        yield from self.delivered(phase, ((cid, self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
+                                                                self.client_states.get(cid, {}))) for cid in ids))
 
 
     def _train_groups(self, r: int, lr: float, client_ids: Sequence[int],
@@ -74,6 +70,4 @@ class InProcessFleet(StatesHere):
         schedules = {cid: batch_sizes(len(self.clients[cid].train), cfg) for cid in client_ids}
         for group in plan_groups(schedules, self.group_size):
             jobs = [(cid, self.clients[cid], message(cid), self.client_states.get(cid, {})) for cid in group]
-            for cid, reply in zip(group, self.worker.train_group(r, lr, jobs)):
-                self.keep(cid, reply)
-                yield cid, reply
+            yield from zip(group, self.worker.train_group(r, lr, jobs))
