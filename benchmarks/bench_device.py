@@ -1,7 +1,8 @@
 """Engine vs bare PyTorch loop per device and precision (issue 17; not a test: it reports).
 
 For each model (small_cnn on Digits-4 shapes 3x28x28, alexnet_bn on 3x256x256, mobilenetv2_cifar on
-3x32x32, unet3d on synthetic 1x16^3 volumes segmented by intensity: no data set needed), device (cpu; cuda
+3x32x32, unet3d on synthetic 1x16^3 volumes segmented by intensity, tests/engine/toyseg.py: no data set
+needed), device (cpu; cuda
 when present) and precision ("32", "bf16-mixed"; "16-mixed" on CUDA), it measures the median per-round
 training time of
 
@@ -18,7 +19,7 @@ of an engine round: the time to move the round's clients' training splits to the
 blocking, synchronised) over the round time (0 on the CPU: nothing moves). The three alternate within each
 repeat, in this process, so machine noise hits them all.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_device.py --quick [--devices cuda]``.
+Run: ``PYTHONPATH=src:. .venv/bin/python benchmarks/bench_device.py --quick [--devices cuda]``.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ from lean import LeanAverage  # benchmarks/lean.py (this script's folder is on t
 from fedaug.config.schema import RunConfig, validate
 from fedaug.core.device import (autocast, available_devices, environment, grad_scaler, module_device,
                                 resolve_device)
-from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.base.fedavg import weighted_average
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import build_model
+from tests.engine.toyseg import toy_segmentation  # the repository's root on the path (Run, below)
 
 #: model -> (dataset, dataset options, batch size)
 MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
@@ -50,25 +51,8 @@ MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
                                  "size": 256}, 8),
     "mobilenetv2_cifar": ("synthetic", {"num_clients": 2, "samples_per_client": 64, "num_classes": 10,
                                         "channels": 3, "size": 32}, 32),
-    "unet3d": ("volumes", {"num_clients": 2, "samples_per_client": 32, "size": 16}, 4),
+    "unet3d": ("volumes", {"num_clients": 2, "dims": 3, "samples": (32, 8, 8)}, 4),
 }
-#: intensity thresholds between the synthetic volumes' 3 classes (a voxel's class: the thresholds it exceeds)
-THRESHOLDS = (0.5, 0.8)
-
-
-def volumes(num_clients: int, samples_per_client: int, size: int) -> FederatedData:
-    """A segmentation federation any machine has: seeded uniform volumes ``(1, size, size, size)``, each
-    voxel's class the number of :data:`THRESHOLDS` it exceeds; a quarter of the samples each to val and test."""
-    g = torch.Generator().manual_seed(0)
-
-    def split(n: int) -> Split:
-        x = torch.rand(n, 1, size, size, size, generator=g)
-        return Split(x, sum((x[:, 0] > t).long() for t in THRESHOLDS))
-
-    n_eval = max(samples_per_client // 4, 1)
-    return FederatedData("volumes", "segmentation", len(THRESHOLDS) + 1, (1, size, size, size),
-                         [ClientData(f"v{k}", f"v{k}", split(samples_per_client), split(n_eval), split(n_eval))
-                          for k in range(num_clients)])
 
 
 def sync(device: torch.device) -> None:
@@ -85,11 +69,11 @@ def config(model: str, device: str, precision: str, steps: int, rounds: int) -> 
 
 
 def simulation(model: str, cfg: RunConfig) -> Simulation:
-    """The engine on ``model``'s data (the synthetic volumes built here; the others from the registry)."""
+    """The engine on ``model``'s data (tests/engine/toyseg.py's synthetic volumes; the others from the registry)."""
     data, options, _ = MODELS[model]
     if data == "volumes":
         resolve_device(cfg.device)
-        return Simulation(cfg, volumes(**options), build_recipe("fedavg", [], {}))
+        return Simulation(cfg, toy_segmentation(**options), build_recipe("fedavg", [], {}))
     return build_simulation(cfg)
 
 

@@ -11,10 +11,11 @@ from fedaug.data.base import ClientData, FederatedData, Split
 THRESHOLDS = (0.5, 0.8)
 
 
-def toy_segmentation(num_clients: int, num_classes: int = 3, dims: int = 2) -> FederatedData:
-    """``num_clients`` clients of 8 training, 2 validation and 4 test images ``(1, 16, 16)`` (``dims = 3``:
-    volumes ``(1, 16, 16, 16)``), seeded, whose masks count the thresholds a pixel exceeds
-    (``num_classes`` <= 3)."""
+def toy_segmentation(num_clients: int, num_classes: int = 3, dims: int = 2,
+                     samples: tuple[int, int, int] = (8, 2, 4)) -> FederatedData:
+    """``num_clients`` clients of ``samples`` = (training, validation, test) images ``(1, 16, 16)``
+    (``dims = 3``: volumes ``(1, 16, 16, 16)``), seeded, whose masks count the thresholds a pixel exceeds
+    (``num_classes`` <= 3). benchmarks/bench_device.py trains unet3d on its volumes."""
     g = torch.Generator().manual_seed(0)
     shape = (1,) + (16,) * dims
 
@@ -23,4 +24,4 @@ def toy_segmentation(num_clients: int, num_classes: int = 3, dims: int = 2) -> F
         return Split(x, sum((x[:, 0] > t).long() for t in THRESHOLDS[:num_classes - 1]))
 
     return FederatedData("toyseg", "segmentation", num_classes, shape,
-                         [ClientData(f"s{k}", f"s{k}", split(8), split(2), split(4)) for k in range(num_clients)])
+                         [ClientData(f"s{k}", f"s{k}", *map(split, samples)) for k in range(num_clients)])
