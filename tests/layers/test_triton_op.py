@@ -416,3 +416,21 @@ def test_kernel_triton_is_refused_on_a_cpu_without_the_interpreter():
            "PyTorch path)")
     assert done.stdout.splitlines() == ["fedfa.kernel" + fix.format("fedfa.kernel"),
                                         "FFALayer.kernel" + fix.format("FFALayer.kernel")]
+
+
+def test_the_interpreter_runs_here_and_one_that_cannot_is_refused_with_versions_and_fix(monkeypatch):
+    """Triton's interpreter before 3.7 (torch 2.11's 3.6) cannot run a loop bounded by a kernel argument under
+    numpy 2.4; the probe finds that, and kernel="triton" on the CPU then names both versions and the fix
+    instead of failing inside the interpreter."""
+    from fedaug.core.errors import ConfigError
+    from fedaug.layers import kernel
+
+    assert triton_ffa.interpreter_runs()  # this environment's interpreter counts the probe's loop to 2
+    monkeypatch.setattr(triton_ffa, "interpreter_runs", lambda: False)
+    with pytest.raises(ConfigError) as refused:
+        kernel.check_triton_device(torch.device("cpu"), "fedfa.kernel")
+    assert str(refused.value) == (
+        f"fedfa.kernel='triton' on the CPU runs Triton's interpreter, and that of triton {triton.__version__} cannot "
+        f"run under numpy {np.__version__} (it converts one-element arrays to int, which numpy 2.4 refuses); "
+        "install triton>=3.7 (torch>=2.12 ships it) or numpy<2.4, or set fedfa.kernel='on' (the compiled CPU "
+        "kernel) or 'off'")

@@ -119,13 +119,24 @@ def check_triton_device(device: torch.device, owner: str) -> None:
 
     Raises:
         KernelBuildError: ``triton`` is not installed.
-        ConfigError: ``device`` is a CPU and triton was imported without ``TRITON_INTERPRET=1``, or
+        ConfigError: ``device`` is a CPU and triton was imported without ``TRITON_INTERPRET=1``, or its
+            interpreter cannot run here (:func:`fedaug.layers.triton_ffa.interpreter_runs`), or ``device`` is
             another device; the message names ``owner`` (e.g. ``fedfa.kernel``) and the fix.
     """
     triton_module()
     from fedaug.layers import triton_ffa
 
-    if device.type == "cuda" or (device.type == "cpu" and triton_ffa.INTERPRETED):
+    if device.type == "cuda":
+        return
+    if device.type == "cpu" and triton_ffa.INTERPRETED:
+        if not triton_ffa.interpreter_runs():
+            import numpy
+            import triton
+
+            raise ConfigError(f"{owner}='triton' on the CPU runs Triton's interpreter, and that of triton "
+                              f"{triton.__version__} cannot run under numpy {numpy.__version__} (it converts "
+                              "one-element arrays to int, which numpy 2.4 refuses); install triton>=3.7 (torch>=2.12 "
+                              f"ships it) or numpy<2.4, or set {owner}='on' (the compiled CPU kernel) or 'off'")
         return
     if device.type == "cpu":
         raise ConfigError(f"{owner}='triton' on the CPU runs Triton's interpreter, which needs TRITON_INTERPRET=1 in "

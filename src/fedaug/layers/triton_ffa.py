@@ -41,6 +41,7 @@ these kernels on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``)
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import triton
@@ -238,6 +239,31 @@ def _ffa_backward(g_ptr, x_ptr, saved_ptr, use_ptr, kmu_ptr, ksigma_ptr, gx_ptr,
 #: whether these kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` when triton was imported):
 #: CPU tensors then, CUDA tensors otherwise.
 INTERPRETED = isinstance(_ffa_forward, InterpretedFunction)
+
+
+@triton.jit
+def _count_to(out_ptr, n):
+    """``out[0] = n``, counted by a loop whose bound is a kernel argument (as :func:`_row_stats`' loops)."""
+    total = 0
+    for _ in range(0, n, 1):
+        total += 1
+    tl.store(out_ptr, total)
+
+
+@functools.cache
+def interpreter_runs() -> bool:
+    """Whether Triton's interpreter runs these kernels here. Its releases before 3.7 (torch 2.11 ships
+    3.6) turn a loop bound that is a kernel argument into an index with ``int`` of a one-element array,
+    which numpy 2.4 refuses (``TypeError: only 0-dimensional arrays ...``); compiled kernels (CUDA) are
+    unaffected. Launches :func:`_count_to` once (milliseconds); call only where :data:`INTERPRETED`."""
+    out = torch.zeros(1, dtype=torch.int32)
+    try:
+        _count_to[(1,)](out, 2)
+    except Exception as error:  # the interpreter wraps the TypeError in its own error class
+        if "0-dimensional" not in repr(error):
+            raise
+        return False
+    return int(out) == 2
 
 
 def _blocks(b: int, n: int) -> dict[str, int | bool]:
