@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedaug.methods._common import load_entries
+from fedaug.methods._common import load_entries, plain_entries
 
 
 def model() -> nn.Module:
@@ -52,3 +52,41 @@ def test_a_module_with_its_own_loading_is_loaded_by_load_state_dict():
     hooked[3].register_load_state_dict_post_hook(lambda module, keys: seen.append(module))
     load_entries(hooked, {"3.bias": torch.zeros(2)})
     assert seen == [hooked[3]]
+
+
+class _Shared(nn.Module):
+    """A module under two names, a non-persistent buffer, a None parameter and an empty child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = self.a
+        self.register_buffer("cache", torch.zeros(2), persistent=False)
+        self.register_buffer("kept", torch.ones(2))
+        self.register_parameter("absent", None)
+        self.inner = nn.Sequential(nn.BatchNorm1d(2), nn.Identity())
+
+
+@pytest.mark.parametrize("name", ["mlp", "small_cnn", "mobilenetv2_cifar", "unet2d"])
+def test_plain_entries_are_state_dict_keep_vars_in_order(name):
+    from fedaug.models.registry import build_model
+
+    for m in (build_model(name, 3, 4), _Shared()):
+        sd = m.state_dict(keep_vars=True)
+        own = plain_entries(m)
+        assert list(own) == list(sd) and all(own[k] is sd[k] for k in sd)
+
+
+def test_plain_entries_defer_to_state_dict_where_it_would_do_more():
+    class Extra(nn.Linear):
+        def get_extra_state(self):
+            return {"note": 1}
+
+    class Saving(nn.Linear):
+        def _save_to_state_dict(self, destination, prefix, keep_vars):
+            super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    hooked = nn.Sequential(nn.Linear(2, 2))
+    hooked[0].register_state_dict_post_hook(lambda *args: None)
+    for m in (nn.Sequential(Extra(2, 2)), nn.Sequential(Saving(2, 2)), hooked):
+        assert plain_entries(m) is None

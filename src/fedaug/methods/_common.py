@@ -52,25 +52,51 @@ def sgd_momentum(ctx: ClientCtx, why: str) -> float:
 _PLAIN_LOADERS = (nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
 
 
+def plain_entries(model: nn.Module) -> dict[str, Tensor] | None:
+    """``model.state_dict(keep_vars=True)`` from one walk of the model (a third of the call's cost, which
+    a small client pays twice: loading the global weights and replying with its own), or ``None`` where
+    ``state_dict`` or ``load_state_dict`` would do anything else: a module with a state-dict hook, its own
+    saving or extra state, or its own loading (BatchNorm's aside). The same entries in the same order:
+    each module's parameters, then its persistent buffers, then its children's, shared modules under
+    every name."""
+    own: dict[str, Tensor] = {}
+    todo = [("", model)]  # depth first, children in order (named_modules' nested generators cost as much again)
+    while todo:
+        prefix, m = todo.pop()
+        cls = type(m)
+        if (cls._load_from_state_dict not in _PLAIN_LOADERS or cls._save_to_state_dict is not nn.Module._save_to_state_dict
+                or cls.get_extra_state is not nn.Module.get_extra_state or m._load_state_dict_pre_hooks
+                or m._load_state_dict_post_hooks or m._state_dict_hooks or m._state_dict_pre_hooks):
+            return None
+        dot = f"{prefix}." if prefix else ""
+        for name, p in m._parameters.items():
+            if p is not None:
+                own[dot + name] = p
+        skip = m._non_persistent_buffers_set
+        for name, b in m._buffers.items():
+            if b is not None and name not in skip:
+                own[dot + name] = b
+        todo.extend((dot + name, child) for name, child in reversed(m._modules.items()) if child is not None)
+    return own
+
+
 def load_entries(model: nn.Module, entries: Mapping[str, Tensor]) -> None:
-    """``model.load_state_dict(entries, strict=False)``, with two walks of the model instead of one call
+    """``model.load_state_dict(entries, strict=False)``, with one walk of the model instead of one call
     per module (a quarter of a small client's fixed cost, issue 38): each entry that names a parameter
-    or buffer of ``model`` is copied into it, the others are ignored (as ``strict=False`` does).
+    or buffer of ``model`` (:func:`plain_entries`) is copied into it, the others are ignored (as
+    ``strict=False`` does).
 
     Where ``load_state_dict`` would do anything else, it is called: a module with a state-dict hook or
-    its own loading (``_load_from_state_dict`` overridden, BatchNorm's aside), an entry whose shape
-    differs (its error, or its 1-element-to-scalar conversion) or an uninitialised (lazy) parameter.
+    its own loading (``_load_from_state_dict`` overridden, BatchNorm's aside) or saving, an entry whose
+    shape differs (its error, or its 1-element-to-scalar conversion) or an uninitialised (lazy) parameter.
 
     Args:
         model: the model, changed in place.
         entries: ``{state_dict key: tensor}``.
     """
-    plain = all(type(m)._load_from_state_dict in _PLAIN_LOADERS and not (
-        m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
-        or m._state_dict_pre_hooks) for m in model.modules())
-    own = model.state_dict(keep_vars=True) if plain else {}
-    pairs = [(own[k], v) for k, v in entries.items() if k in own]
-    if not plain or any(t.shape != v.shape or nn.parameter.is_lazy(t) for t, v in pairs):
+    own = plain_entries(model)
+    pairs = [(own[k], v) for k, v in entries.items() if k in own] if own is not None else []
+    if own is None or any(t.shape != v.shape or nn.parameter.is_lazy(t) for t, v in pairs):
         model.load_state_dict(entries, strict=False)
         return
     with torch.no_grad():

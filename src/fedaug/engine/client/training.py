@@ -61,9 +61,10 @@ class LocalOptimizer:
         self._params: list[nn.Parameter] = []
         self._group: dict[str, object] = {}
 
-    def fresh(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
-        """The optimiser over ``model``'s trainable parameters, at learning rate ``lr``, with no state."""
-        params = [p for p in model.parameters() if p.requires_grad]
+    def fresh(self, model: nn.Module, lr: float, params: list[nn.Parameter] | None = None) -> torch.optim.Optimizer:
+        """The optimiser over ``model``'s trainable parameters (``params`` where the caller has listed them, in
+        ``model.parameters()`` order), at learning rate ``lr``, with no state."""
+        params = [p for p in model.parameters() if p.requires_grad] if params is None else params
         opt = self._optimizer
         if (opt is None or len(opt.param_groups) != 1 or len(params) != len(self._params)
                 or any(a is not b for a, b in zip(params, self._params))):
@@ -176,8 +177,8 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
     evaluates the loss twice."""
     model, data = ctx.model, ctx.data
     plan = plan_for(recipe, model, ctx.task.loss)
-    optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr)
     params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr, list(params.values()))
     stepper = recipe.replacer["step"]
     scaler = grad_scaler(ctx.device, precision)
     loss = plan.loss(views)

@@ -9,7 +9,9 @@ caller passes the client's state in and stores what comes back (invariant 2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -92,6 +94,11 @@ class Worker:
         self.down_specs = {phase: {c.name: c.downlink_spec(model, phase) for c in recipe.participants(phase)}
                            for phase in PHASES}
         self.checked = PassedParts()  # the server's tensors are read once, not once per client
+        #: the float32 math of ``cfg.precision`` around each call: TF32 switches are CUDA's (cuBLAS, cuDNN),
+        #: so a worker on another device leaves them alone (setting and restoring them costs a small
+        #: client's call 20 us)
+        self.math: Callable[[], contextlib.AbstractContextManager] = (
+            functools.partial(float32_math, cfg.precision) if self.device.type == "cuda" else contextlib.nullcontext)
         self.optimizers = LocalOptimizer(cfg.train)
         #: the captured local steps (train.cuda_graph), or None: eager steps
         self.graphs = graphed_steps(cfg.train, recipe, model)
@@ -126,7 +133,7 @@ class Worker:
             return [self.run("train", jobs[0][0], r, lr, *jobs[0][1:])]
         ctxs, messages, states, _ = zip(*(self._receive("train", cid, r, lr, client, message, state)
                                           for cid, client, message, state in jobs))
-        with float32_math(self.cfg.precision):
+        with self.math():
             replies = train_group(self.recipe, ctxs, messages, states, self.cfg.train)
         return [self.attack.reply("train", ctx.client_id, r, m, reply) for ctx, m, reply in zip(ctxs, messages, replies)]
 
@@ -142,7 +149,7 @@ class Worker:
             PayloadError: a part of ``message`` is missing or fails its spec (a bad server message
                 fails loudly on the client, DESIGN.md invariant 3).
         """
-        with float32_math(self.cfg.precision):  # "32" is true float32 on CUDA too (no TF32)
+        with self.math():  # "32" is true float32 on CUDA too (no TF32)
             return self._run(phase, client_id, r, lr, client, message, state)
 
     def _run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,

@@ -14,7 +14,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.core.server_ops import weighted_sum
-from fedaug.methods._common import load_entries
+from fedaug.methods._common import load_entries, plain_entries
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import check_choice, range_problem
 from fedaug.methods.recipe import METHODS
@@ -188,7 +188,8 @@ class FedAvg(Component):
     def reply(self, ctx: ClientCtx) -> tuple[Part, State]:
         if not ctx.training:
             return {}, {}
-        sd = ctx.model.state_dict()
+        sd = plain_entries(ctx.model)
+        sd = ctx.model.state_dict(keep_vars=True) if sd is None else sd
         local = self._local_keys(ctx.model)
         uplink = {k: v.detach().clone() for k, v in sd.items() if k not in local}
         if self.clip_norm and self.clip_at == "client":
