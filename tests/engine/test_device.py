@@ -156,13 +156,45 @@ def test_checkpoints_hold_cpu_tensors(tmp_path) -> None:
     assert all(t.device.type == "cpu" for t in payload["server"]["fedavg"]["weights"].values())
 
 
+def _math_settings() -> set[object]:
+    return {getattr(owner, attr) for owner, attr in dev._float32_math_settings()}
+
+
 @pytest.mark.parametrize(("precision", "want"), [("32", {"ieee"}), ("tf32", {"tf32"})])
-def test_every_client_phase_computes_at_the_runs_float32_precision(monkeypatch: pytest.MonkeyPatch, precision: str,
-                                                                   want: set[str]) -> None:
-    """The precision contract (issue 45): while a client trains or evaluates, CUDA's float32 matrix products
-    and cuDNN's convolutions round as ``precision`` says (``"32"``: never TF32), and the process's own
-    settings are back after the run. Read through the settings themselves, which a CPU has as well."""
-    from fedaug.core.device import _float32_math_settings
+def test_a_cuda_workers_client_calls_compute_at_the_runs_float32_precision(monkeypatch: pytest.MonkeyPatch,
+                                                                          precision: str, want: set[str]) -> None:
+    """The precision contract (issue 45): while a CUDA worker runs a client's phase (one client or a group),
+    CUDA's float32 matrix products and cuDNN's convolutions round as ``precision`` says (``"32"``: never
+    TF32), and the process's own settings are back after it. A worker whose model is on CUDA is built here
+    without a GPU (its device is what ``module_device`` says); the phase itself is replaced by a spy that
+    reads the settings, so nothing runs on the device. tests/gpu/test_cuda.py runs the real thing."""
+    from fedaug.engine.client import worker as worker_module
+
+    sim = build_simulation(validate({**tiny_raw(rounds=1), "precision": precision}))
+    local = sim.fleet.worker
+    monkeypatch.setattr(worker_module, "module_device", lambda model: torch.device("cuda"))
+    cuda = worker_module.Worker(sim.cfg, local.recipe, local.model, local.task, sim.federation.num_clients)
+    seen: list[set[object]] = []
+    monkeypatch.setattr(cuda, "_run", lambda *args: seen.append(_math_settings()))
+    monkeypatch.setattr(worker_module, "train_group", lambda *args: seen.append(_math_settings()) or [])
+    monkeypatch.setattr(cuda, "_receive", lambda *args: (local.model, {}, {}, None))
+    before = [getattr(owner, attr) for owner, attr in dev._float32_math_settings()]
+    for owner, attr in dev._float32_math_settings():  # start from the opposite of what the calls want
+        setattr(owner, attr, "tf32" if want == {"ieee"} else "ieee")
+    try:
+        outside = _math_settings()
+        cuda.run("train", 0, 1, 0.1, None, {}, {})
+        cuda.train_group(1, 0.1, [(0, None, {}, {}), (1, None, {}, {})])
+        assert seen == [want, want] and _math_settings() == outside
+    finally:
+        for (owner, attr), value in zip(dev._float32_math_settings(), before):
+            setattr(owner, attr, value)
+
+
+def test_a_cpu_worker_leaves_cudas_float32_settings_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's TF32 switches steer cuBLAS and cuDNN only: a worker on the CPU neither sets nor restores them
+    around a client (doing so cost a small client ~20 us and slowed the CPU steps after it, issue 46), so
+    a run's client phases see the process's own settings."""
     from fedaug.engine.client import worker as worker_module
 
     seen: list[set[object]] = []
@@ -170,13 +202,16 @@ def test_every_client_phase_computes_at_the_runs_float32_precision(monkeypatch: 
         original = getattr(worker_module, name)
 
         def spy(*args: object, _original=original, **kwargs: object) -> object:
-            seen.append({getattr(owner, attr) for owner, attr in _float32_math_settings()})
+            seen.append(_math_settings())
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(worker_module, name, spy)
-    before = [getattr(owner, attr) for owner, attr in _float32_math_settings()]
-    raw = tiny_raw(rounds=1)
-    raw["precision"] = precision
-    build_simulation(validate(raw)).run()
-    assert seen and all(s == want for s in seen), seen
-    assert [getattr(owner, attr) for owner, attr in _float32_math_settings()] == before
+    before = [getattr(owner, attr) for owner, attr in dev._float32_math_settings()]
+    for owner, attr in dev._float32_math_settings():
+        setattr(owner, attr, "tf32")  # what a "32" run on CUDA would replace
+    try:
+        build_simulation(validate({**tiny_raw(rounds=1), "precision": "32"})).run()
+        assert seen and all(s == {"tf32"} for s in seen), seen
+    finally:
+        for (owner, attr), value in zip(dev._float32_math_settings(), before):
+            setattr(owner, attr, value)

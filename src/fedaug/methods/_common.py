@@ -64,7 +64,8 @@ def plain_entries(model: nn.Module) -> dict[str, Tensor] | None:
     while todo:
         prefix, m = todo.pop()
         cls = type(m)
-        if (cls._load_from_state_dict not in _PLAIN_LOADERS or cls._save_to_state_dict is not nn.Module._save_to_state_dict
+        if (cls._load_from_state_dict not in _PLAIN_LOADERS
+                or cls._save_to_state_dict is not nn.Module._save_to_state_dict
                 or cls.get_extra_state is not nn.Module.get_extra_state or m._load_state_dict_pre_hooks
                 or m._load_state_dict_post_hooks or m._state_dict_hooks or m._state_dict_pre_hooks):
             return None
