@@ -111,8 +111,9 @@ def float32_math(precision: str) -> Iterator[None]:
     """Run a block with CUDA's float32 matrix products and cuDNN's float32 convolutions (and RNNs) at
     ``precision``'s rounding (:data:`FLOAT32_MATH`), then restore the settings as they were. PyTorch's
     defaults let cuDNN convolutions use TF32, so without this a ``"32"`` run on an Ampere or newer GPU
-    would not be float32. Process-wide settings, read where kernels are chosen: the worker sets them
-    around each client's phase, so the same process may run other code with its own."""
+    would not be float32. Process-wide settings, read where kernels are chosen: a CUDA worker sets them
+    around each client's phase, so the same process may run other code with its own (a worker on another
+    device leaves them alone: :attr:`~fedaug.engine.client.worker.Worker.math`)."""
     want = FLOAT32_MATH[precision]
     settings = _float32_math_settings()
     before = [getattr(owner, name) for owner, name in settings]
