@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -160,7 +161,17 @@ def _math_settings() -> set[object]:
     return {getattr(owner, attr) for owner, attr in dev._float32_math_settings()}
 
 
+@pytest.fixture
+def math_settings_restored() -> Iterator[None]:
+    """CUDA's float32 switches as they were before the test, whatever it set."""
+    before = [getattr(owner, attr) for owner, attr in dev._float32_math_settings()]
+    yield
+    for (owner, attr), value in zip(dev._float32_math_settings(), before):
+        setattr(owner, attr, value)
+
+
 @pytest.mark.parametrize(("precision", "want"), [("32", {"ieee"}), ("tf32", {"tf32"})])
+@pytest.mark.usefixtures("math_settings_restored")
 def test_a_cuda_workers_client_calls_compute_at_the_runs_float32_precision(monkeypatch: pytest.MonkeyPatch,
                                                                           precision: str, want: set[str]) -> None:
     """The precision contract (issue 45): while a CUDA worker runs a client's phase (one client or a group),
@@ -178,19 +189,15 @@ def test_a_cuda_workers_client_calls_compute_at_the_runs_float32_precision(monke
     monkeypatch.setattr(cuda, "_run", lambda *args: seen.append(_math_settings()))
     monkeypatch.setattr(worker_module, "train_group", lambda *args: seen.append(_math_settings()) or [])
     monkeypatch.setattr(cuda, "_receive", lambda *args: (local.model, {}, {}, None))
-    before = [getattr(owner, attr) for owner, attr in dev._float32_math_settings()]
     for owner, attr in dev._float32_math_settings():  # start from the opposite of what the calls want
         setattr(owner, attr, "tf32" if want == {"ieee"} else "ieee")
-    try:
-        outside = _math_settings()
-        cuda.run("train", 0, 1, 0.1, None, {}, {})
-        cuda.train_group(1, 0.1, [(0, None, {}, {}), (1, None, {}, {})])
-        assert seen == [want, want] and _math_settings() == outside
-    finally:
-        for (owner, attr), value in zip(dev._float32_math_settings(), before):
-            setattr(owner, attr, value)
+    outside = _math_settings()
+    cuda.run("train", 0, 1, 0.1, None, {}, {})
+    cuda.train_group(1, 0.1, [(0, None, {}, {}), (1, None, {}, {})])
+    assert seen == [want, want] and _math_settings() == outside
 
 
+@pytest.mark.usefixtures("math_settings_restored")
 def test_a_cpu_worker_leaves_cudas_float32_settings_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """CUDA's TF32 switches steer cuBLAS and cuDNN only: a worker on the CPU neither sets nor restores them
     around a client (doing so cost a small client ~20 us and slowed the CPU steps after it, issue 46), so
@@ -206,12 +213,7 @@ def test_a_cpu_worker_leaves_cudas_float32_settings_alone(monkeypatch: pytest.Mo
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(worker_module, name, spy)
-    before = [getattr(owner, attr) for owner, attr in dev._float32_math_settings()]
     for owner, attr in dev._float32_math_settings():
         setattr(owner, attr, "tf32")  # what a "32" run on CUDA would replace
-    try:
-        build_simulation(validate({**tiny_raw(rounds=1), "precision": "32"})).run()
-        assert seen and all(s == {"tf32"} for s in seen), seen
-    finally:
-        for (owner, attr), value in zip(dev._float32_math_settings(), before):
-            setattr(owner, attr, value)
+    build_simulation(validate({**tiny_raw(rounds=1), "precision": "32"})).run()
+    assert seen and all(s == {"tf32"} for s in seen), seen

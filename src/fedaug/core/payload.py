@@ -369,9 +369,9 @@ def validate_part(part: object, spec: Spec, where: str, max_abs: float | None = 
     tensors = {n: part[n] for n in names if isinstance(part[n], Tensor)}
     free = {n: t for n, t in tensors.items() if spec[n].low is None and spec[n].high is None}
     bounded, known = against.measure(tensors, max_abs, set(free)) if against is not None else (set(), {})
-    unread = {n: t for n, t in free.items() if n not in bounded and n not in known}
-    if unread:
-        bounded |= norm_bounded(unread, max_abs)
+    unproven = {n: t for n, t in free.items() if n not in bounded and n not in known}
+    if unproven:
+        bounded |= norm_bounded(unproven, max_abs)
     unread = {n: t for n, t in tensors.items() if n not in bounded and n not in known}
     extremes = value_extremes(unread) | known if unread else known
     for name in names:
