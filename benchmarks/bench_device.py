@@ -198,6 +198,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="repeats (each: the three sides' rounds in turn)")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--precisions", nargs="*", choices=["32", "bf16-mixed", "16-mixed"], default=None,
+                        help="precisions to measure (default: 32 and bf16-mixed, and 16-mixed on CUDA)")
     parser.add_argument("--devices", nargs="*", choices=["cpu", "cuda"], default=None,
                         help="devices to measure (default: cpu, and cuda when present)")
     args = parser.parse_args()
@@ -210,7 +212,7 @@ def main() -> None:
         env = environment(resolve_device(device), "32", False)
         print(f"# {device}: {env['device_name']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
               f"{args.threads} threads", flush=True)
-        precisions = ["32", "bf16-mixed"] + (["16-mixed"] if device == "cuda" else [])
+        precisions = args.precisions or ["32", "bf16-mixed"] + (["16-mixed"] if device == "cuda" else [])
         for model in args.models:
             for precision in precisions:
                 row = measure(model, device, precision, steps, rounds, repeats)

@@ -1,20 +1,24 @@
 #!/bin/bash
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
-# the tests/gpu suite, then bench_device.py, bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and
-# without it), bench_throughput.py (workers sharing the GPU) and bench_throughput.py --groups (a round's clients
-# trained as batched groups, train.group_clients, against one at a time, issue 39) and bench_throughput.py --graph (each
-# client's step replayed from CUDA graphs, train.cuda_graph, against eager steps, issue 39) on cuda. Each step has its own time limit
-# and log (in $OUT, default ./gpu-checks), so one step that fails or overruns leaves the others' figures.
+# the tests/gpu suite (4 processes), then bench_device.py (engine / bare / lean per model and precision),
+# bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and without it), profile_round.py
+# (where an engine round's time goes against the lean loop's: launches, host waits, fedaug's functions; it also
+# names the GPU, torch and CUDA), measure_tolerances.py (each execution against eager steps on CUDA),
+# bench_throughput.py --groups (a round's clients trained as batched groups, train.group_clients, against one at a
+# time, issue 39), bench_throughput.py --graph (each client's step replayed from CUDA graphs, train.cuda_graph,
+# against eager steps, issue 39) and bench_throughput.py (workers sharing the GPU), most wanted first. Each step has
+# its own time limit and log (in $OUT, default ./gpu-checks: 8 files, what a device call brings back), so one step
+# that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
-# The limits add up to 9.4 minutes (a device call may run 10); STEPS runs a subset, e.g. to rerun what overran
-# with a larger LIMIT (seconds, for every step run).
+# The limits add up to 9.5 minutes (a device call may run 10); the run took N minutes on an H100 (docs/benchmarks.md);
+# STEPS runs a subset, e.g. to rerun what overran with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 #   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh
 set -u
 out=${OUT:-gpu-checks}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-export PYTHONPATH=src:.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=src:.:benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
   local name=$1 limit=${LIMIT:-$2}; shift 2
   case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
@@ -23,11 +27,11 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out
   echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
   tail -n 25 "$out/$name.txt"
 }
-step env 20 "$py" -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-step tests_gpu 150 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu tests/gpu
+step tests_gpu 150 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu -n 4 tests/gpu
 step bench_device 100 "$py" benchmarks/bench_device.py --devices cuda --threads 8 --repeats 3
 step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
-step bench_throughput 65 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 8 --rounds 2 --repeats 1 --workers-only
+step profile_round 50 "$py" benchmarks/profile_round.py --device cuda --threads 8
+step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --executions grouped captured --methods fedavg scaffold fedfa fedfa_kernel vfda fedrdn flea
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
 step bench_graph 40 "$py" benchmarks/bench_throughput.py --jobs G --graph --device cuda --rounds 2 --repeats 1 --threads 8
-step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --executions grouped captured --methods fedavg scaffold fedfa fedfa_kernel vfda fedrdn flea
+step bench_throughput 40 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 --rounds 2 --repeats 1 --workers-only

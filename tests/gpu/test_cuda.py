@@ -200,7 +200,7 @@ def test_fedfa_on_the_triton_path_is_deterministic_and_trains_like_the_pytorch_p
     """A FedFA run on CUDA with ``kernel = "on"``, the Triton path, whose kernel draws the coin and noise
     itself (Philox, issue 46), against ``"off"`` (torch's CUDA generators): two samples of the same
     experiment (:data:`SAMPLE_RTOL`); two ``"on"`` runs are identical."""
-    on = raw_for("fedfa", "cuda")
+    on = raw_for("fedfa", "cuda", deterministic=True)  # cuDNN's own kernels deterministic too
     on["method"]["options"]["fedfa"]["kernel"] = "on"
     first = records(on)
     assert records(on) == first
@@ -365,10 +365,13 @@ def test_triton_path_grouped_on_cuda_equals_one_at_a_time_on_cuda(aug: str) -> N
     assert_close_trees(sims[1].server, sims[0].server, tol)
 
 
-#: train.cuda_graph against eager steps on the same GPU (issues 39, 45). A replay runs the kernels the capture
-#: recorded, which are eager training's (a zeroed momentum buffer's first step equals a fresh one's; Adam is
-#: capturable in eager steps on CUDA too), so the numbers are expected to be the same; the bound allows for
-#: cuBLAS or cuDNN choosing another algorithm under capture.
+#: train.cuda_graph against eager steps on the same GPU (issues 39, 45), both with deterministic kernels. A replay
+#: runs the kernels the capture recorded, which are eager training's (a zeroed momentum buffer's first step equals
+#: a fresh one's; Adam is capturable in eager steps on CUDA too), so the numbers are expected to be the same; the
+#: bound allows for cuBLAS or cuDNN choosing another algorithm under capture. Without deterministic kernels two
+#: eager runs differ already (cuDNN's weight gradients sum with atomics): on an H100 that put FedFA's
+#: client-sharing sigma (a spread across clients, which magnifies relative error) 1.4e-5 apart, and one Adam
+#: weight 2.8e-6.
 GRAPH_TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
@@ -376,10 +379,11 @@ def graphed_pair(raw: dict[str, Any], rounds: int) -> tuple[list[Any], list[Any]
     """Eager and graphed records of ``raw`` on CUDA, and the two simulations."""
     from tests.engine.test_grouped import records as grouped_records
 
-    sims = [build_simulation(validate({**raw, "device": "cuda", "train": {**raw["train"], "cuda_graph": g}}))
-            for g in (False, True)]
+    sims = [build_simulation(validate({**raw, "device": "cuda", "deterministic": True,
+                                       "train": {**raw["train"], "cuda_graph": g}})) for g in (False, True)]
     assert sims[0].fleet.worker.graphs is None and sims[1].fleet.worker.graphs is not None
-    eager, graphed = (grouped_records(sim, rounds) for sim in sims)
+    with deterministic_algorithms(True):
+        eager, graphed = (grouped_records(sim, rounds) for sim in sims)
     return eager, graphed, sims[0], sims[1]
 
 

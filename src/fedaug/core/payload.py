@@ -221,9 +221,17 @@ class Against:
         for name, t in alone.items():
             norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(t, dtype=torch.float64)
         half = math.inf if max_abs is None else max_abs / 2
+        stale = {name: r for name, (_, r) in pairs.items() if name not in single and self._largest(r) is None}
+        queued = queue_extremes(stale) if stale else {}
         out = set()
-        for group in norms.values():
-            for name, norm in zip(group, torch.stack(list(group.values())).tolist()):  # one synchronisation
+        for device, group in norms.items():
+            parts = queued.get(device, [])  # the references' extremes, read with the norms
+            values = torch.cat([torch.stack(list(group.values())), *(rows.reshape(-1) for _, rows in parts)])
+            values = values.tolist()  # one synchronisation per device and part
+            for name, (lo, hi) in read_extremes(parts, values[len(group):]).items():
+                r = pairs[name][1]
+                self.cache[id(r)] = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r is not finite
+            for name, norm in zip(group, values):
                 t = alone[name] if name in alone else pairs[name][0]
                 self.distances[name] = _recorded(norm, t.dtype)
                 largest = 0.0 if name in alone else self._largest(pairs[name][1])
@@ -231,13 +239,11 @@ class Against:
                     out.add(name)  # (a NaN largest compares False)
         return out, extremes
 
-    def _largest(self, r: Tensor) -> float:
+    def _largest(self, r: Tensor) -> float | None:
+        """``max |r|`` as read before (NaN where ``r`` holds a non-finite value), or ``None`` when ``r`` (this
+        object, this version) has not been read."""
         seen = self.cache.get(id(r))
-        if seen is None or seen[0]() is not r or seen[1] != r._version:
-            lo, hi = value_extremes({"r": r})["r"]
-            seen = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r holds a non-finite value
-            self.cache[id(r)] = seen
-        return seen[2]
+        return seen[2] if seen is not None and seen[0]() is r and seen[1] == r._version else None
 
 
 def counterpart(t: Tensor, r: object) -> bool:
@@ -284,24 +290,50 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             on a GPU, a message of a few hundred small tensors otherwise spends its time launching);
             larger tensors still one ``aminmax`` each (CUDA's segmented reduction gives each segment
             one thread block: fused, AlexNet-BN's 9.4M-value FC weight would be read by one of the
-            GPU's 132 multiprocessors, three times per message). ``None`` (default): fused on CUDA (not on
-            MPS, where ``segment_reduce`` is untested).
+            GPU's 132 multiprocessors, three times per message). ``None`` (default): where :func:`fuses` says
+            (on CUDA).
     """
     out: dict[str, tuple[float, float]] = {}
-    groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
-    rows: dict[torch.device, list[tuple[list[str], Tensor]]] = {}
-    cpu: dict[torch.dtype, list[tuple[str, tuple[Tensor, Tensor]]]] = {}
     with torch.no_grad():
+        cpu: dict[torch.dtype, list[tuple[str, tuple[Tensor, Tensor]]]] = {}
+        queued = {}
         for name, t in tensors.items():
             if not isinstance(t, Tensor) or t.is_complex() or not t.numel():
                 continue
             if t.device.type == "cpu" and not fused:
                 cpu.setdefault(t.dtype, []).append((name, _min_max(t)))
             else:
-                groups.setdefault((t.device, t.dtype if t.is_floating_point() else torch.float64), {})[name] = t
+                queued[name] = t
+        for pairs in cpu.values():  # one host read per dtype, not two per tensor (issue 46)
+            values = torch.stack([v for _, lo_hi in pairs for v in lo_hi]).tolist()
+            rows_cpu = zip((n for n, _ in pairs), values[0::2], values[1::2], strict=True)
+            for name, lo, hi in rows_cpu:
+                lo, hi = float(lo), float(hi)
+                out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
+        rows = queue_extremes(queued, fused) if queued else {}
+    for parts in rows.values():
+        out |= read_extremes(parts, torch.cat([v.reshape(-1) for _, v in parts]).tolist())  # one synchronisation
+    return out
+
+
+def fuses(device: torch.device) -> bool:
+    """Whether :func:`value_extremes` fuses ``device``'s small tensors by default: on CUDA (not on MPS, where
+    ``segment_reduce`` is untested; on the CPU one ``aminmax`` per tensor is cheaper)."""
+    return device.type == "cuda"
+
+
+def queue_extremes(tensors: Mapping[str, Tensor], fused: bool | None = None) -> dict[torch.device, list[tuple[list[str], Tensor]]]:
+    """The device half of :func:`value_extremes`: per device, ``(names, rows)`` with ``rows`` ``(len(names), 2)``
+    float64 ``(min, max)`` on that device, nothing read yet (a caller reads them with other values in one
+    synchronisation, :func:`read_extremes`). ``tensors``: real, non-empty; ``fused`` as in :func:`value_extremes`."""
+    groups: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
+    for name, t in tensors.items():
+        groups.setdefault((t.device, t.dtype if t.is_floating_point() else torch.float64), {})[name] = t
+    rows: dict[torch.device, list[tuple[list[str], Tensor]]] = {}
+    with torch.no_grad():
         for (device, dtype), group in groups.items():
             small = {}
-            if fused if fused is not None else device.type == "cuda":
+            if fused if fused is not None else fuses(device):
                 small = {n: t for n, t in group.items() if t.numel() < FUSED_MAX}
             if small:
                 rows.setdefault(device, []).append((list(small), _fused_extremes(list(small.values()), dtype)))
@@ -309,16 +341,16 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             if large:
                 extremes = torch.stack([torch.stack(_min_max(t)).double() for t in large.values()])
                 rows.setdefault(device, []).append((list(large), extremes))
-        for pairs in cpu.values():  # one host read per dtype, not two per tensor (issue 46)
-            values = torch.stack([v for _, lo_hi in pairs for v in lo_hi]).tolist()
-            rows_cpu = zip((n for n, _ in pairs), values[0::2], values[1::2], strict=True)
-            for name, lo, hi in rows_cpu:
-                lo, hi = float(lo), float(hi)
-                out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
-    for parts in rows.values():
-        values = torch.cat([v for _, v in parts]).tolist()  # the one synchronisation of this device
-        for name, (lo, hi) in zip((n for names, _ in parts for n in names), values, strict=True):
-            out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
+    return rows
+
+
+def read_extremes(parts: list[tuple[list[str], Tensor]], values: list[float]) -> dict[str, tuple[float, float]]:
+    """``{name: (min, max)}`` from :func:`queue_extremes`' ``parts`` of one device and their rows' ``values``, read
+    (flattened, in order); both NaN where a value is not finite."""
+    out = {}
+    names = (n for ns, _ in parts for n in ns)
+    for name, lo, hi in zip(names, values[0::2], values[1::2], strict=True):
+        out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
     return out
 
 
