@@ -10,7 +10,7 @@
 # its own time limit and log (in $OUT, default ./gpu-checks: 8 files, what a device call brings back), so one step
 # that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
-# The limits add up to 9.5 minutes (a device call may run 10); the run took N minutes on an H100 (docs/benchmarks.md);
+# The limits add up to 9.5 minutes (a device call may run 10); the run took 6.5 minutes on an H100 (docs/benchmarks.md);
 # STEPS runs a subset, e.g. to rerun what overran with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 #   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh

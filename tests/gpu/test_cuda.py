@@ -391,7 +391,7 @@ def graphed_pair(raw: dict[str, Any], rounds: int) -> tuple[list[Any], list[Any]
 def test_cuda_graph_steps_equal_eager_steps_on_cuda(name: str) -> None:
     """``train.cuda_graph`` (issue 39): every record value, the final server state and the client states
     of 3 rounds of 4 clients (3 SGD steps with momentum each) within :data:`GRAPH_TOL` of eager steps on
-    the same GPU, from one captured graph; not yet run on a GPU when written."""
+    the same GPU, from one captured graph, under deterministic kernels (GRAPH_TOL)."""
     from tests.engine.test_grouped import assert_close_trees, config
 
     eager, graphed, one, cap = graphed_pair(config(name, 1).to_dict(), 3)
