@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import struct
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,7 +228,7 @@ class Against:
             parts = queued.get(device, [])  # the references' extremes, read with the norms
             values = torch.cat([torch.stack(list(group.values())), *(rows.reshape(-1) for _, rows in parts)])
             values = values.tolist()  # one synchronisation per device and part
-            for name, (lo, hi) in read_extremes(parts, values[len(group):]).items():
+            for name, (lo, hi) in read_extremes(_names(parts), values[len(group):]).items():
                 r = pairs[name][1]
                 self.cache[id(r)] = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r is not finite
             for name, norm in zip(group, values):
@@ -305,14 +305,10 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
             else:
                 queued[name] = t
         for pairs in cpu.values():  # one host read per dtype, not two per tensor (issue 46)
-            values = torch.stack([v for _, lo_hi in pairs for v in lo_hi]).tolist()
-            rows_cpu = zip((n for n, _ in pairs), values[0::2], values[1::2], strict=True)
-            for name, lo, hi in rows_cpu:
-                lo, hi = float(lo), float(hi)
-                out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
+            out |= read_extremes([n for n, _ in pairs], torch.stack([v for _, lo_hi in pairs for v in lo_hi]).tolist())
         rows = queue_extremes(queued, fused) if queued else {}
     for parts in rows.values():
-        out |= read_extremes(parts, torch.cat([v.reshape(-1) for _, v in parts]).tolist())  # one synchronisation
+        out |= read_extremes(_names(parts), torch.cat([v.reshape(-1) for _, v in parts]).tolist())  # one synchronisation
     return out
 
 
@@ -344,14 +340,19 @@ def queue_extremes(tensors: Mapping[str, Tensor], fused: bool | None = None) -> 
     return rows
 
 
-def read_extremes(parts: list[tuple[list[str], Tensor]], values: list[float]) -> dict[str, tuple[float, float]]:
-    """``{name: (min, max)}`` from :func:`queue_extremes`' ``parts`` of one device and their rows' ``values``, read
-    (flattened, in order); both NaN where a value is not finite."""
+def read_extremes(names: Iterable[str], values: list[float]) -> dict[str, tuple[float, float]]:
+    """``{name: (min, max)}`` from ``values`` read on the host, ``min, max`` per name in turn, as floats; both NaN
+    where one is not finite."""
     out = {}
-    names = (n for ns, _ in parts for n in ns)
     for name, lo, hi in zip(names, values[0::2], values[1::2], strict=True):
+        lo, hi = float(lo), float(hi)
         out[name] = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (math.nan, math.nan)
     return out
+
+
+def _names(parts: list[tuple[list[str], Tensor]]) -> list[str]:
+    """The names of :func:`queue_extremes`' ``parts`` of one device, in their rows' order."""
+    return [n for names, _ in parts for n in names]
 
 
 def _min_max(t: Tensor) -> tuple[Tensor, Tensor]:
