@@ -20,6 +20,7 @@ import collections
 import cProfile
 import io
 import pstats
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -109,7 +110,7 @@ def main() -> None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats("fedaug", args.top)
         lines = [line for line in text.getvalue().splitlines() if "fedaug" in line or "cumtime" in line]
-        print("\n".join(line.replace("/src/fedaug/", " fedaug/") for line in lines))
+        print("\n".join(re.sub(r"\S*/src/fedaug/", "fedaug/", line) for line in lines))
 
 
 if __name__ == "__main__":

@@ -226,8 +226,8 @@ class Against:
         out = set()
         for device, group in norms.items():
             parts = queued.get(device, [])  # the references' extremes, read with the norms
-            values = torch.cat([torch.stack(list(group.values())), *(rows.reshape(-1) for _, rows in parts)])
-            values = values.tolist()  # one synchronisation per device and part
+            norms_and_rows = [torch.stack(list(group.values())), *(rows.reshape(-1) for _, rows in parts)]
+            values = torch.cat(norms_and_rows).tolist()  # one synchronisation per device and part
             for name, (lo, hi) in read_extremes(_names(parts), values[len(group):]).items():
                 r = pairs[name][1]
                 self.cache[id(r)] = (weakref.ref(r), r._version, max(-lo, hi))  # NaN where r is not finite
