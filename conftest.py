@@ -1,5 +1,6 @@
 """Collection rules for the whole repository (``testpaths`` covers ``tests`` and ``src/fedaug``), and
-the check that a test session leaves no new file in the checkout (:mod:`tests.checkout`)."""
+two checks of the session: it leaves no new file in the checkout (:mod:`tests.checkout`), and every test it
+collected reported an outcome (:mod:`tests.completeness`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 import torch
 
-from tests.checkout import pytest_sessionfinish, pytest_sessionstart  # noqa: F401  (hooks of this conftest)
+pytest_plugins = ("tests.checkout", "tests.completeness")
 
 # The Flower adapter's modules import Flower (the ``flower`` extra, which ``make test`` installs);
 # without it their doctests cannot be imported, and its tests skip themselves, saying why. Likewise the
