@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from fedaug.core.payload import (
     TensorSpec,
     counterpart,
     distance,
+    host_values,
     message_nbytes,
     norm_bounded,
     part_nbytes,
@@ -268,3 +270,27 @@ def test_distances_of_accelerator_style_pairs_follow_the_same_rule_without_the_l
     assert against.distances["c"] == float(torch.tensor(float(part["c"].double().norm()), dtype=torch.float32))
     assert against.distances == {"a": distance(part["a"], sent["a"]), "b": distance(part["b"], sent["b"]),
                                  "c": distance(part["c"])}
+
+
+def test_host_values_are_exact_and_read_once(monkeypatch):
+    """Every value comes back exactly (float64 bit patterns, int64 beyond 2**53, float32, booleans, NaN, -0.0,
+    subnormals), 0-d tensors as numbers and the others as flat lists, with one ``tolist`` for the device."""
+    tensors = {
+        "f64": torch.tensor([0.1, -0.0, 5e-324, math.inf, 1.7976931348623157e308], dtype=torch.float64),
+        "nan": torch.tensor(math.nan, dtype=torch.float64),
+        "i64": torch.tensor([2**62 + 1, -(2**53) - 1, 0]),
+        "f32": torch.tensor([[1 / 3, -2.5]], dtype=torch.float32),
+        "flag": torch.tensor(True),
+        "empty": torch.zeros(0),
+    }
+    want = tensors["f64"].tolist()
+    reads = []
+    original = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t) or original(t))
+    got = host_values(tensors)
+    assert len(reads) == 1
+    assert [struct.pack("<d", x) for x in got["f64"]] == [struct.pack("<d", x) for x in want]  # -0.0 kept
+    assert math.isnan(got["nan"])
+    assert got["i64"] == [2**62 + 1, -(2**53) - 1, 0] and all(type(x) is int for x in got["i64"])
+    assert got["f32"] == [float(torch.tensor(1 / 3, dtype=torch.float32)), -2.5]
+    assert got["flag"] == 1 and got["empty"] == []

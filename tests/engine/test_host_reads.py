@@ -108,4 +108,6 @@ def test_a_rounds_host_reads_are_a_constant_plus_a_constant_per_client(monkeypat
     counts = {n: round_reads(monkeypatch, "small_cnn", n, program).total for n in (2, 3, 5)}
     per_client = counts[3] - counts[2]
     assert counts[5] - counts[3] == 2 * per_client, counts  # linear in the clients
-    assert per_client <= 25 and counts[2] - 2 * per_client <= 10, counts  # measured: 22 per client, 5 per round
+    # measured: 6 per client on the CPU's branches, 7 on an accelerator's (the upload check's passes, the training
+    # metrics, the evaluation counts: one read each), 5 per round; the meters read per batch and per count were 22
+    assert per_client <= 7 and counts[2] - 2 * per_client <= 5, counts

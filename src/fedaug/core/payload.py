@@ -451,6 +451,29 @@ class PassedParts:
         return entry is not None and entry[0]() is t and entry[1:] == (key, name, t._version)  # type: ignore[union-attr]
 
 
+def host_values(tensors: Mapping[str, Tensor]) -> dict[str, Any]:
+    """The exact values of real tensors on the host, read with one synchronisation per device (not one per
+    value): a 0-d tensor's as a number, another's as a flat list (row-major); floating values as Python
+    floats (float64: exact for every floating dtype), integers and booleans as ints (exact for int64: the
+    floating values travel as their float64 bits beside them)."""
+    groups: dict[torch.device, list[tuple[str, Tensor]]] = {}
+    for name, t in tensors.items():
+        groups.setdefault(t.device, []).append((name, t))
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for items in groups.values():
+            bits = torch.cat([(t.to(torch.float64).view(torch.int64) if t.is_floating_point() else t.to(torch.int64))
+                              .reshape(-1) for _, t in items]).tolist()
+            at = 0
+            for name, t in items:
+                n = t.numel()
+                chunk, at = bits[at : at + n], at + n
+                if t.is_floating_point():
+                    chunk = list(struct.unpack(f"<{n}d", struct.pack(f"<{n}q", *chunk)))
+                out[name] = chunk[0] if t.dim() == 0 else chunk
+    return out
+
+
 def part_nbytes(part: Mapping[str, Tensor]) -> int:
     """Bytes of the tensors' data in ``part`` (numel x element size; names, framing and any value that
     is not a tensor excluded: a reply is counted before it is validated)."""

@@ -39,8 +39,10 @@ class SegmentationMeter:
 
     Dice per class is computed over all pixels/voxels of the evaluated split (micro); the reported
     ``dice`` is the mean over **foreground** classes only (the FedFA public code averaged the
-    background in, which inflates scores). The counts stay on the host (CPU) whatever device the
-    logits are on: they are a summary, like the loss sum, read on the server.
+    background in, which inflates scores). The counts and the loss sum stay float64 tensors on the logits'
+    device while batches are added (no host read per batch: on a GPU each would be a synchronisation; the
+    same bits as the host sums of Python floats); the server reads a reply's counts at once
+    (:func:`fedaug.engine.server.evaluation.meters_of`).
     """
 
     def __init__(self, num_classes: int) -> None:
@@ -48,16 +50,16 @@ class SegmentationMeter:
         self.tp = torch.zeros(num_classes, dtype=torch.float64)
         self.pred = torch.zeros(num_classes, dtype=torch.float64)
         self.true = torch.zeros(num_classes, dtype=torch.float64)
-        self.loss_sum = 0.0
+        self.loss_sum: Tensor | float = 0.0
         self.count = 0
 
     def update(self, logits: Tensor, y: Tensor) -> None:
         """Add a batch: ``logits (B, K, *spatial)``, ``y (B, *spatial)`` int64."""
-        pred = logits.argmax(1)
-        self.tp += torch.bincount(y[pred == y].flatten(), minlength=self.k).double().cpu()
-        self.pred += torch.bincount(pred.flatten(), minlength=self.k).double().cpu()
-        self.true += torch.bincount(y.flatten(), minlength=self.k).double().cpu()
-        self.loss_sum += float(segmentation_loss(logits, y)) * y.shape[0]
+        pred, d = logits.argmax(1), logits.device
+        self.tp = self.tp.to(d) + torch.bincount(y[pred == y].flatten(), minlength=self.k).double()
+        self.pred = self.pred.to(d) + torch.bincount(pred.flatten(), minlength=self.k).double()
+        self.true = self.true.to(d) + torch.bincount(y.flatten(), minlength=self.k).double()
+        self.loss_sum = self.loss_sum + segmentation_loss(logits, y).double() * y.shape[0]
         self.count += int(y.shape[0])
 
     def merge(self, other: "SegmentationMeter") -> None:
@@ -68,12 +70,13 @@ class SegmentationMeter:
         self.count += other.count
 
     def state(self) -> dict[str, Tensor | float | int]:
-        """The counts as plain data, to carry the meter to another process (:meth:`load_state`)."""
+        """The counts as data (tensors while on the device that computed them), to carry the meter to
+        another process (:meth:`load_state`)."""
         return {"tp": self.tp, "pred": self.pred, "true": self.true, "loss_sum": self.loss_sum, "count": self.count}
 
     def load_state(self, state: dict[str, Tensor | float | int]) -> None:
-        """Set the counts from :meth:`state`'s output."""
-        self.tp, self.pred, self.true = (state[k].to(torch.float64) for k in ("tp", "pred", "true"))
+        """Set the counts from :meth:`state`'s output (tensors, or numbers and lists of them)."""
+        self.tp, self.pred, self.true = (torch.as_tensor(state[k], dtype=torch.float64) for k in ("tp", "pred", "true"))
         self.loss_sum, self.count = float(state["loss_sum"]), int(state["count"])
 
     def result(self) -> dict[str, float | list[float]]:
@@ -83,4 +86,4 @@ class SegmentationMeter:
         denom = self.pred + self.true
         dice = torch.where(denom > 0, 2 * self.tp / denom.clamp_min(1), torch.ones_like(denom))[1:]
         return {"dice": float(dice.mean()), "dice_per_class": dice.tolist(),
-                "loss": self.loss_sum / self.count, "n": self.count}
+                "loss": float(self.loss_sum) / self.count, "n": self.count}

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import autocast, grad_scaler
 from fedaug.core.errors import ConfigError
-from fedaug.core.payload import Message
+from fedaug.core.payload import Message, host_values
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
 from fedaug.engine.client.step import plan_for
@@ -221,8 +221,10 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
 
 def train_metrics(total: Tensor, sums: dict[str, Tensor], num_steps: int) -> dict[str, float]:
     """A client's training metrics: the mean total loss and the mean of each loss term over its
-    ``num_steps`` steps, from their sums (scalars), and the number of steps."""
+    ``num_steps`` steps, from their sums (scalars, read at once: one synchronisation on a GPU), and the
+    number of steps."""
     n = max(num_steps, 1)
-    metrics = {"loss": float(total) / n, "steps": num_steps}
-    metrics.update({k: float(v) / n for k, v in sums.items()})
+    values = host_values({"loss": total, **sums})
+    metrics = {"loss": values.pop("loss") / n, "steps": num_steps}
+    metrics.update({k: v / n for k, v in values.items()})
     return metrics

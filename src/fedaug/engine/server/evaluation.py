@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedaug.core.errors import PayloadError
-from fedaug.core.payload import Part, Spec, TensorSpec
+from fedaug.core.payload import Part, Spec, TensorSpec, host_values
 from fedaug.engine.protocol import EVAL_SPLITS, FINETUNED, meters_part
 from fedaug.metrics.spread import client_spread
 from fedaug.metrics.tasks import Meter, Task
@@ -25,15 +25,18 @@ def meters_spec(task: Task, finetuned: bool = False) -> Spec:
 
 def meters_of(task: Task, part: Part, prefix: str = "") -> dict[str, Meter]:
     """The meters a :func:`meters_part` describes (validated against :func:`meters_spec` first),
-    those whose keys start with ``prefix`` (``""``: the global model's; :data:`FINETUNED`).
+    those whose keys start with ``prefix`` (``""``: the global model's; :data:`FINETUNED`), their counts
+    read at once (:func:`~fedaug.core.payload.host_values`: one synchronisation per reply, not one per count).
 
     Raises:
         PayloadError: a count is negative.
     """
+    values = host_values({k: v for k, v in part.items() if k.startswith(prefix)})
     meters = {}
     for split in EVAL_SPLITS:
-        state = {k[len(prefix):].split(".", 1)[1]: v for k, v in part.items() if k.startswith(f"{prefix}{split}.")}
-        negative = sorted(f"{split}.{k}" for k, v in state.items() if bool((v < 0).any()))
+        state = {k[len(prefix):].split(".", 1)[1]: v for k, v in values.items() if k.startswith(f"{prefix}{split}.")}
+        negative = sorted(f"{split}.{k}" for k, v in state.items()
+                          if any(x < 0 for x in (v if isinstance(v, list) else [v])))
         if negative:
             raise PayloadError(f"evaluation counts must be >= 0, got negative {', '.join(negative)}")
         meters[split] = task.meter()
