@@ -168,9 +168,10 @@ class Against:
     over an upload gives the server's value check and its update norms (engine/screen.py).
 
     Where the compiled server library is built (:mod:`fedaug.core.server_ops`), a contiguous float32
-    CPU entry's pass reads ``t`` and ``r`` once and also gives ``t``'s extremes. Elsewhere the
-    difference goes through a buffer (on accelerators: the part's distances are read with one
-    synchronisation), and where ``max|r| + ||t - r||`` is finite and at most half the bound every value
+    CPU entry's pass reads ``t`` and ``r`` once and also gives ``t``'s extremes. Elsewhere the part's
+    differences and their norms are two multi-tensor operations per device (``torch._foreach_sub``,
+    ``torch._foreach_norm``: on a GPU a few launches per upload, not two per entry; the part's distances are
+    read with one synchronisation), and where ``max|r| + ||t - r||`` is finite and at most half the bound every value
     of ``t`` is finite and within it (``|t_i| <= |r_i| + |t_i - r_i|``; ``r = 0`` for an entry without
     a counterpart), so ``t`` needs no read of its own. Both paths give the same verdicts and messages,
     and the same distances unless a float64 sum falls within its own rounding error of a float32
@@ -178,8 +179,8 @@ class Against:
 
     Args:
         reference: the part sent, ``{name: tensor}``.
-        cache: kept by the caller across a phase: difference buffers by shape, dtype and device, and
-            each reference tensor's largest ``|value|`` (read once per object and version).
+        cache: kept by the caller across a phase: each reference tensor's largest ``|value|`` (read once
+            per object and version).
     """
 
     def __init__(self, reference: Mapping[str, object], cache: dict[object, Any]) -> None:
@@ -198,28 +199,28 @@ class Against:
                 continue
             r = self.reference.get(name)
             if not counterpart(t, r):
-                alone[name] = t.detach()
+                alone[name] = t
             elif r.dtype == t.dtype and t.device == r.device:  # type: ignore[union-attr]
-                pairs[name] = (t.detach(), r)  # type: ignore[assignment]
+                pairs[name] = (t, r)  # type: ignore[assignment]
         ops = server_ops.loaded()
         single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_cpu
                   and p[0].is_contiguous() and p[1].is_contiguous()} if ops is not None else {}
         extremes: dict[str, tuple[float, float]] = {}
         if single:
-            rows = ops.upload_stats([t for t, _ in single.values()], [r for _, r in single.values()]).tolist()
+            with torch.no_grad():
+                rows = ops.upload_stats([t for t, _ in single.values()], [r for _, r in single.values()]).tolist()
             for name, (squares, lo, hi) in zip(single, rows):
                 self.distances[name] = _float32(math.sqrt(squares))
                 extremes[name] = (lo, hi)
         norms: dict[torch.device, dict[str, Tensor]] = {}
-        for name, (t, r) in pairs.items():
-            if name not in single:
-                key = (t.shape, t.dtype, t.device)
-                if key not in self.cache:
-                    self.cache[key] = torch.empty_like(t, memory_format=torch.contiguous_format)
-                diff = torch.sub(t, r, out=self.cache[key])  # queued before the buffer's next use on its stream
-                norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(diff, dtype=torch.float64)
-        for name, t in alone.items():
-            norms.setdefault(t.device, {})[name] = torch.linalg.vector_norm(t, dtype=torch.float64)
+        differences = {n: p for n, p in pairs.items() if n not in single}
+        with torch.no_grad():
+            for device, group in _by_device(differences).items():
+                diffs = torch._foreach_sub([t for t, _ in group.values()], [r for _, r in group.values()])
+                norms.setdefault(device, {}).update(zip(group, torch._foreach_norm(diffs, 2, dtype=torch.float64)))
+            for device, group in _by_device(alone).items():
+                norms.setdefault(device, {}).update(
+                    zip(group, torch._foreach_norm(list(group.values()), 2, dtype=torch.float64)))
         half = math.inf if max_abs is None else max_abs / 2
         stale = {name: r for name, (_, r) in pairs.items() if name not in single and self._largest(r) is None}
         queued = queue_extremes(stale) if stale else {}
@@ -244,6 +245,14 @@ class Against:
         object, this version) has not been read."""
         seen = self.cache.get(id(r))
         return seen[2] if seen is not None and seen[0]() is r and seen[1] == r._version else None
+
+
+def _by_device(tensors: Mapping[str, Any]) -> dict[torch.device, dict[str, Any]]:
+    """``tensors`` (tensors, or pairs of tensors on one device) grouped by their device, in order."""
+    out: dict[torch.device, dict[str, Any]] = {}
+    for name, t in tensors.items():
+        out.setdefault((t[0] if isinstance(t, tuple) else t).device, {})[name] = t
+    return out
 
 
 def counterpart(t: Tensor, r: object) -> bool:
@@ -300,7 +309,7 @@ def value_extremes(tensors: Mapping[str, object], fused: bool | None = None) -> 
         for name, t in tensors.items():
             if not isinstance(t, Tensor) or t.is_complex() or not t.numel():
                 continue
-            if t.device.type == "cpu" and not fused:
+            if not (fused if fused is not None else fuses(t.device)):
                 cpu.setdefault(t.dtype, []).append((name, _min_max(t)))
             else:
                 queued[name] = t
@@ -362,7 +371,7 @@ def _min_max(t: Tensor) -> tuple[Tensor, Tensor]:
 def _fused_extremes(group: list[Tensor], dtype: torch.dtype) -> Tensor:
     """``(len(group), 2)`` float64 ``(min, max)`` rows of ``group``'s tensors; NaN rows for those holding a
     NaN or an inf, found by counting (not left to how a reduction kernel treats NaN)."""
-    flat = torch.cat([t.reshape(-1).to(dtype) for t in group])
+    flat = torch.cat([t.reshape(-1) for t in group]).to(dtype)  # (integers widen exactly either way)
     lengths = torch.tensor([t.numel() for t in group], device=flat.device)
     lo, hi = (torch.segment_reduce(flat, how, lengths=lengths).double() for how in ("min", "max"))
     nonfinite = torch.segment_reduce((~torch.isfinite(flat)).float(), "sum", lengths=lengths) > 0

@@ -75,12 +75,33 @@ def weighted_sum(tensors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
     Returns:
         A float64 tensor of the inputs' shape; the same bits whether the library is loaded or not.
     """
-    ops = loaded()
-    if ops is not None and _fits(tensors):
-        return ops.weighted_sum([t.detach() for t in tensors], list(weights))
-    acc = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
-    term = torch.empty_like(acc)  # one buffer for every client's w_k t_k: no allocation per client
-    for wk, t in zip(weights, tensors):
-        acc += term.copy_(t).mul_(wk)  # the float64 cast is exact; then the same two roundings as t * wk
-    return acc
+    return weighted_sums([tensors], weights)[0]
 
+
+def weighted_sums(columns: Sequence[Sequence[Tensor]], weights: Sequence[float]) -> list[Tensor]:
+    """:func:`weighted_sum` of each column (one entry's tensors, one per client) with the same weights.
+
+    A column that fits the compiled library takes its one pass; the others take the PyTorch path together:
+    each client's terms of every such column in three multi-tensor operations (copy into float64, scale,
+    add; on a GPU a few launches per client, not three per entry). The same bits either way: every element
+    takes the same two roundings per client (the float64 cast is exact), in client order.
+    """
+    ops = loaded()
+    out: list[Tensor] = [None] * len(columns)  # type: ignore[list-item]
+    rest = []
+    with torch.no_grad():
+        for i, column in enumerate(columns):
+            if ops is not None and _fits(column):
+                out[i] = ops.weighted_sum(list(column), list(weights))
+            else:
+                rest.append(i)
+        if rest:
+            accs = [torch.zeros(columns[i][0].shape, dtype=torch.float64, device=columns[i][0].device) for i in rest]
+            terms = [torch.empty_like(a) for a in accs]  # one buffer per entry for every client's w_k t_k
+            for k, wk in enumerate(weights):
+                torch._foreach_copy_(terms, [columns[i][k] for i in rest])
+                torch._foreach_mul_(terms, wk)
+                torch._foreach_add_(accs, terms)
+            for i, acc in zip(rest, accs):
+                out[i] = acc
+    return out

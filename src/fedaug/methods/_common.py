@@ -106,9 +106,16 @@ def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     return {k: p for k, p in model.named_parameters() if p.requires_grad}
 
 
-def detached(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Detached copies ``{name: tensor}`` (snapshots that later training does not change)."""
-    return {k: v.detach().clone() for k, v in tensors.items()}
+def detached(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Detached copies ``{name: tensor}`` (snapshots that later training does not change), from one
+    multi-tensor operation: ``t * 1`` (``torch._foreach_mul``), which is ``t`` bit for bit (signed zeros,
+    infinities, NaN; integer tensors stay integers) in its layout, one dispatch for the whole dict instead of
+    a ``detach`` and a ``clone`` per tensor (on a GPU, a few launches instead of one per tensor). Boolean
+    tensors, which the product would widen, are cloned."""
+    if not tensors or any(v.dtype == torch.bool for v in tensors.values()):
+        return {k: v.detach().clone() for k, v in tensors.items()}
+    with torch.no_grad():
+        return dict(zip(tensors, torch._foreach_mul(list(tensors.values()), 1)))
 
 
 def squared_distance(params: dict[str, Tensor], anchor: dict[str, Tensor]) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 
 import torch
@@ -13,8 +13,8 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.errors import ConfigError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.core.server_ops import weighted_sum
-from fedaug.methods._common import load_entries, plain_entries
+from fedaug.core.server_ops import weighted_sums
+from fedaug.methods._common import detached, load_entries, plain_entries
 from fedaug.methods.component import ClientCtx, Component, Phase, State, Uplink
 from fedaug.methods.options import check_choice, range_problem
 from fedaug.methods.recipe import METHODS
@@ -70,9 +70,18 @@ def weighted_average(tensors: Sequence[Tensor], weights: Sequence[float]) -> Ten
         tensors: same-shaped tensors, one per client, in client-id order.
         weights: non-negative, not all zero.
     """
-    if not tensors[0].is_floating_point():
-        return torch.stack(list(tensors)).amax(0)
-    return weighted_sum(tensors, _normalized(tuple(weights))).to(tensors[0].dtype)
+    return weighted_averages({"": tensors}, weights)[""]
+
+
+def weighted_averages(columns: Mapping[str, Sequence[Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
+    """:func:`weighted_average` of every entry ``{key: tensors, one per client}`` with the same weights, the
+    floating entries' sums together (:func:`~fedaug.core.server_ops.weighted_sums`: a few multi-tensor
+    operations per client where the compiled library does not take them, not three per entry)."""
+    w = _normalized(tuple(weights))
+    floats = [k for k, column in columns.items() if column[0].is_floating_point()]
+    sums = dict(zip(floats, weighted_sums([columns[k] for k in floats], w)))
+    return {k: sums[k].to(column[0].dtype) if k in sums else torch.stack(list(column)).amax(0)
+            for k, column in columns.items()}
 
 
 @functools.lru_cache(maxsize=8)
@@ -191,10 +200,10 @@ class FedAvg(Component):
         sd = plain_entries(ctx.model)
         sd = ctx.model.state_dict(keep_vars=True) if sd is None else sd
         local = self._local_keys(ctx.model)
-        uplink = {k: v.detach().clone() for k, v in sd.items() if k not in local}
+        uplink = detached({k: v for k, v in sd.items() if k not in local})
         if self.clip_norm and self.clip_at == "client":
             uplink = clip_update(uplink, self._received, self.clip_norm)[0]
-        state = {"bn": {k: sd[k].detach().clone() for k in local}} if local else {}
+        state = {"bn": detached({k: sd[k] for k in local})} if local else {}
         return uplink, state
 
     # --- server side -----------------------------------------------------------------------
@@ -256,4 +265,4 @@ class FedAvg(Component):
         Returns:
             ``{key: tensor}``, each in its entries' dtype.
         """
-        return {k: weighted_average([p[k] for p in parts], weights) for k in keys}
+        return weighted_averages({k: [p[k] for p in parts] for k in keys}, weights)
