@@ -166,8 +166,9 @@ def round_calls(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, progr
 
 def test_the_work_around_the_local_steps_calls_a_constant_number_of_operators_per_client(monkeypatch):
     """On an accelerator's branches (where each call is a kernel launch): the upload's copy, its differences
-    and norms and the float64 average took three to eight calls per tensor and client (3,881 calls a client
-    for mobilenetv2_cifar with its steps, 356 for small_cnn); they are multi-tensor operations now. (On the
+    and norms and the float64 average took three to eight calls per tensor and client (1,902 calls a client
+    outside the steps for mobilenetv2_cifar, 153 for small_cnn); they are multi-tensor operations now (43 for
+    both). (On the
     CPU's branches a range-checked entry, BatchNorm's running variance and batch counter, still takes one
     ``aminmax`` of a few microseconds each; there a call launches nothing.)"""
     per_client = {m: round_calls(monkeypatch, m, 3, "accelerator") - round_calls(monkeypatch, m, 2, "accelerator")
