@@ -463,23 +463,28 @@ class PassedParts:
 def host_values(tensors: Mapping[str, Tensor]) -> dict[str, Any]:
     """The exact values of real tensors on the host, read with one synchronisation per device (not one per
     value): a 0-d tensor's as a number, another's as a flat list (row-major); floating values as Python
-    floats (float64: exact for every floating dtype), integers and booleans as ints (exact for int64: the
-    floating values travel as their float64 bits beside them)."""
+    floats, integers and booleans as ints. A device's tensors of one kind are concatenated (floating types
+    widen exactly to the widest, integers to int64); floating and integer tensors together travel as 64-bit
+    patterns (the floats' float64 bits beside the integers), so that int64 values beyond 2**53 stay exact."""
     groups: dict[torch.device, list[tuple[str, Tensor]]] = {}
     for name, t in tensors.items():
         groups.setdefault(t.device, []).append((name, t))
     out: dict[str, Any] = {}
-    with torch.no_grad():
-        for items in groups.values():
-            bits = torch.cat([(t.to(torch.float64).view(torch.int64) if t.is_floating_point() else t.to(torch.int64))
-                              .reshape(-1) for _, t in items]).tolist()
-            at = 0
-            for name, t in items:
-                n = t.numel()
-                chunk, at = bits[at : at + n], at + n
-                if t.is_floating_point():
-                    chunk = list(struct.unpack(f"<{n}d", struct.pack(f"<{n}q", *chunk)))
-                out[name] = chunk[0] if t.dim() == 0 else chunk
+    for items in groups.values():
+        ts = [t for _, t in items]
+        if len({t.is_floating_point() for t in ts}) == 1:
+            flat = torch.stack(ts) if all(t.dim() == 0 for t in ts) else torch.cat([t.reshape(-1) for t in ts])
+            values, mixed = flat.tolist(), False
+        else:
+            values, mixed = torch.cat([(t.to(torch.float64).view(torch.int64) if t.is_floating_point()
+                                        else t.to(torch.int64)).reshape(-1) for t in ts]).tolist(), True
+        at = 0
+        for name, t in items:
+            n = t.numel()
+            chunk, at = values[at : at + n], at + n
+            if mixed and t.is_floating_point():
+                chunk = list(struct.unpack(f"<{n}d", struct.pack(f"<{n}q", *chunk)))
+            out[name] = chunk[0] if t.dim() == 0 else chunk
     return out
 
 
