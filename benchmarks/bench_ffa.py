@@ -18,13 +18,21 @@ CUDA (``--device cuda``) the layers draw from a CUDA generator, as the engine's 
 timed step ends with a synchronisation, and Triton compiles its kernels in the first (untimed)
 warm-up steps; before the table, ``torch.profiler`` counts the CUDA kernels of one layer's forward
 and backward on ``(32, 32, 14, 14)`` for FFA (Triton path) and InstanceNorm.
+
+``--host`` measures instead, on the CPU, what one layer's training forward and backward costs the host on
+the Triton path, the kernels' launches stubbed out (everything else runs: the layer, the autograd function,
+the launch arguments), against ``nn.InstanceNorm2d`` and no layer, on a tiny ``(4, 16, 2, 2)`` tensor: on a
+GPU whose steps wait for the host (small models), this is what FFA adds per layer and step beyond its two
+launches.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+import timeit
 from collections.abc import Callable
 
 import torch
@@ -157,6 +165,37 @@ def measured_comm(model: str, data: dict, rounds: int = 2) -> tuple[int, int, in
     return clients, record["comm"]["up"]["fedfa"] + record["comm"]["down"]["fedfa"], formula
 
 
+def host_cost(repeats: int) -> dict[str, float]:
+    """Microseconds of host time per training forward + backward of one layer on a tiny CPU tensor (module
+    docstring, ``--host``): ``ffa`` (Triton path, launches stubbed), ``instancenorm``, ``none``; the three
+    alternate ``repeats`` times, each the best of 5 x 200 calls, and the medians are returned."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton path on CPU tensors (nothing is launched here)
+    triton_ffa = kernel.triton_module().triton_ffa
+
+    class NoLaunch:
+        def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+            return lambda *args, **kwargs: None
+
+    launches = triton_ffa._ffa_forward, triton_ffa._ffa_backward
+    triton_ffa._ffa_forward = triton_ffa._ffa_backward = NoLaunch()
+    try:
+        x = torch.randn(4, 16, 2, 2, requires_grad=True)
+        layers = {"ffa": FFALayer(16, p=1.0, kernel="triton").train(), "instancenorm": nn.InstanceNorm2d(16),
+                  "none": nn.Identity()}
+        times: dict[str, list[float]] = {name: [] for name in layers}
+
+        def step(layer: nn.Module) -> None:
+            layer(x).sum().backward()
+
+        for _ in range(repeats):
+            for name, layer in layers.items():
+                step(layer)
+                times[name].append(min(timeit.repeat(lambda: step(layer), number=200, repeat=5)) / 200 * 1e6)
+    finally:
+        triton_ffa._ffa_forward, triton_ffa._ffa_backward = launches
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats")
@@ -165,6 +204,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--skip-comm", action="store_true")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (kernel on: C++ on the CPU, Triton on CUDA)")
+    parser.add_argument("--host", action="store_true", help="the host's cost of one layer per step on the Triton "
+                        "path, launches stubbed, against InstanceNorm's (CPU; module docstring), and stop")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall: time.perf_counter; cpu: the process's CPU time (all threads; "
                              "time lost to other tenants of a shared machine is not counted)")
@@ -172,6 +213,13 @@ def main() -> None:
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     configure_process(args.threads)  # as the fedaug command line does
+    if args.host:
+        us = host_cost(args.repeats)
+        print(f"host us per layer forward + backward (medians of {args.repeats}): FFA (Triton path) {us['ffa']:.0f}, "
+              f"InstanceNorm {us['instancenorm']:.0f}, none {us['none']:.0f}; beyond none: FFA "
+              f"{us['ffa'] - us['none']:.0f}, InstanceNorm {us['instancenorm'] - us['none']:.0f}, ratio "
+              f"{(us['ffa'] - us['none']) / (us['instancenorm'] - us['none']):.2f}")
+        return
     device = resolve_device(args.device)
     print(f"torch {torch.__version__}, {environment(device, '32', False)['device_name']}, {args.threads} threads, {args.repeats} "
           f"interleaved repeats x {args.steps} steps, medians of {args.clock} time; p = 1 at every default stage\n")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 
 import torch
 import triton
@@ -266,11 +267,12 @@ def interpreter_runs() -> bool:
     return int(out) == 2
 
 
+@functools.lru_cache(maxsize=256)
 def _blocks(b: int, n: int) -> dict[str, int | bool]:
     """Launch options for ``b`` rows of ``n`` positions: a ``BLOCK_B x BLOCK_N`` tile of at most
     :data:`TILE` elements (at least :data:`MIN_BLOCK` lanes a row), warps by tile size, and fused
     multiply-adds (as ATen's CUDA kernels; Triton's default for them is changing, so it is fixed here)."""
-    block_b = triton.next_power_of_2(b)
+    block_b = triton.next_power_of_2(b)  # (per layer shape, not per launch: the call costs ~10 us)
     block_n = max(MIN_BLOCK, min(triton.next_power_of_2(n), TILE // block_b))
     return {"BLOCK_B": block_b, "BLOCK_N": block_n, "num_warps": max(1, min(8, block_b * block_n // 512)),
             "enable_fp_fusion": True}
@@ -283,7 +285,7 @@ def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
 
 def _denoms(x: Tensor, correction: int, unbiased: bool) -> tuple[int, int, int]:
     """``(N, denom_n, denom_b)``: positions per row and the divisors of Eq. 2's and Eq. 3's variances."""
-    b, n = x.shape[1], x[0, 0, 0].numel()
+    b, n = x.shape[1], math.prod(x.shape[3:])
     return n, (n - 1 if unbiased and n > 1 else n), max(b - correction, 1)
 
 

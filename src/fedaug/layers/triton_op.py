@@ -5,7 +5,10 @@ emulation in the tests).
 
 Two custom operators (``torch.library.custom_op``, namespace ``fedaug_triton``) make each launch
 visible to the dispatcher, so that a traced step records it: ``ffa_forward`` (which changes the
-layer's offset, running statistics and first-batch weight in place) and ``ffa_backward``. PyTorch
+layer's offset, running statistics and first-batch weight in place) and ``ffa_backward``. Eagerly (no
+dispatch mode and no tracing active, :func:`_eager`) :class:`_FFA` calls the operators' own functions
+directly: the same launches with the same arguments, without the operators' Python (their schema
+binding cost a layer ~0.5 ms of host time per step, several times InstanceNorm's whole step). PyTorch
 registers no autograd formula for an operator that changes its inputs, so :class:`_FFA` (a
 ``torch.autograd.Function``) pairs them, and its ``vmap`` rule flattens the ``vmap`` dimension into
 the kernels' group dimension G: grouped clients cost one launch each way, like one client.
@@ -22,6 +25,8 @@ from typing import NamedTuple, Optional  # Optional: custom_op reads the operato
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from fedaug.layers import triton_ffa
 
@@ -76,6 +81,13 @@ def _backward_fake(grad, x, *args):
     return torch.empty_like(x)
 
 
+def _eager() -> bool:
+    """Whether the launches may skip their operators: no dispatch mode is active (``make_fx`` tracing a step
+    for a CUDA graph, fake tensors, a test's counting mode), nothing is being compiled or traced by ``torch.fx``."""
+    return (_get_current_dispatch_mode() is None and not torch.compiler.is_compiling()
+            and not is_fx_symbolic_tracing())
+
+
 #: the arguments of :class:`_FFA` that the forward changes in place
 _WRITTEN = ("offset", "ema", "running_mean", "running_std")
 _TENSORS = ("x", "noise", "seed", "offset", "ema", "running_mean", "running_std", "k_mu", "k_sigma")
@@ -93,8 +105,12 @@ class _FFA(torch.autograd.Function):
             if t is not None and not t.is_contiguous():
                 raise ValueError(f"the FFA layer's {name} must be contiguous: the kernel updates it in place")
         read = [None if t is None else t.contiguous() for t in (x, noise, seed, k_mu, k_sigma)]
-        return torch.ops.fedaug_triton.ffa_forward(read[0], read[1], read[2], offset, ema, running_mean, running_std,
-                                                   read[3], read[4], opts.p, opts.const, opts.shift, opts.fixed,
+        tensors = (read[0], read[1], read[2], offset, ema, running_mean, running_std, read[3], read[4])
+        if _eager():
+            return triton_ffa.forward(*tensors, p=opts.p, const=opts.const, shift=opts.shift, fixed=opts.fixed,
+                                      std_scale=opts.std_scale, correction=opts.correction, extra=opts.extra,
+                                      eps=opts.eps, unbiased=opts.unbiased)
+        return torch.ops.fedaug_triton.ffa_forward(*tensors, opts.p, opts.const, opts.shift, opts.fixed,
                                                    opts.std_scale, opts.correction, opts.extra, opts.eps,
                                                    opts.unbiased)
 
@@ -114,9 +130,13 @@ class _FFA(torch.autograd.Function):
             return None, *([None] * 9)
         x, saved, use, k_mu, k_sigma = ctx.saved_tensors
         o = ctx.opts
-        gx = torch.ops.fedaug_triton.ffa_backward(grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma,
-                                                  o.const, o.shift, o.fixed, o.std_scale, o.correction, o.extra,
-                                                  o.unbiased, o.layer)
+        tensors = (grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma)
+        if _eager():
+            gx = triton_ffa.backward(*tensors, const=o.const, shift=o.shift, fixed=o.fixed, std_scale=o.std_scale,
+                                     correction=o.correction, extra=o.extra, unbiased=o.unbiased, layer=o.layer)
+        else:
+            gx = torch.ops.fedaug_triton.ffa_backward(*tensors, o.const, o.shift, o.fixed, o.std_scale, o.correction,
+                                                      o.extra, o.unbiased, o.layer)
         return gx, *([None] * 9)
 
     @staticmethod
@@ -139,6 +159,16 @@ class _FFA(torch.autograd.Function):
             flat.append(None if t is None else t.flatten(0, 1))
         out = _FFA.apply(*flat, opts)
         return tuple(o.unflatten(0, (size, -1)) for o in out), (0, 0, 0)
+
+
+def _apply(*args: object) -> tuple[Tensor, Tensor, Tensor]:
+    """``_FFA.apply(*args)`` with every argument given positionally. Outside functorch transforms (vmap) this
+    is the base class's ``apply``, which ``Function.apply`` calls after binding the arguments to ``forward``'s
+    signature (``inspect``, ~80 us a call on this host, for nothing when every argument is given); under a
+    transform, ``_FFA.apply`` itself."""
+    if torch._C._are_functorch_transforms_active():
+        return _FFA.apply(*args)
+    return super(torch.autograd.Function, _FFA).apply(*args)  # type: ignore[misc]
 
 
 def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean: Tensor, running_std: Tensor,
@@ -176,7 +206,7 @@ def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean
                          f"{triton_ffa.COUNTERS} random numbers per forward; split the batch")
     opts = _Options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True)
     k = [None if t is None else t.unsqueeze(0) for t in (k_mu, k_sigma)]
-    y, _, _ = _FFA.apply(x.unsqueeze(0), None, seed.reshape(1), offset.reshape(1), ema.unsqueeze(0),
+    y, _, _ = _apply(x.unsqueeze(0), None, seed.reshape(1), offset.reshape(1), ema.unsqueeze(0),
                          running_mean.unsqueeze(0), running_std.unsqueeze(0), k[0], k[1], opts)
     return y.squeeze(0)
 
@@ -204,6 +234,6 @@ def ffa_restyle(x: Tensor, noise: Tensor, param: Tensor, fixed: bool, std_scale:
         statistics ``(mu, sigma)`` (Eq. 2), not differentiable.
     """
     opts = _Options(1.0, None, 0.0, fixed, std_scale, correction, extra, eps, unbiased, False)
-    y, saved, _ = _FFA.apply(x.unsqueeze(0), noise.unsqueeze(0), None, None, None, None, None, param[0:1],
+    y, saved, _ = _apply(x.unsqueeze(0), noise.unsqueeze(0), None, None, None, None, None, param[0:1],
                              param[1:2], opts)
     return y.squeeze(0), saved[0, :2]
