@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional  # Optional: custom_op reads the operato
 
 import torch
 from torch import Tensor
+from torch._functorch.utils import unwrap_dead_wrappers
 from torch.autograd.function import once_differentiable
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -168,7 +169,7 @@ def _apply(*args: object) -> tuple[Tensor, Tensor, Tensor]:
     transform, ``_FFA.apply`` itself."""
     if torch._C._are_functorch_transforms_active():
         return _FFA.apply(*args)
-    return super(torch.autograd.Function, _FFA).apply(*args)  # type: ignore[misc]
+    return super(torch.autograd.Function, _FFA).apply(*unwrap_dead_wrappers(args))  # type: ignore[misc]
 
 
 def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean: Tensor, running_std: Tensor,
