@@ -466,12 +466,9 @@ def host_values(tensors: Mapping[str, Tensor]) -> dict[str, Any]:
     floats, integers and booleans as ints. A device's tensors of one kind are concatenated (floating types
     widen exactly to the widest, integers to int64); floating and integer tensors together travel as 64-bit
     patterns (the floats' float64 bits beside the integers), so that int64 values beyond 2**53 stay exact."""
-    groups: dict[torch.device, list[tuple[str, Tensor]]] = {}
-    for name, t in tensors.items():
-        groups.setdefault(t.device, []).append((name, t))
     out: dict[str, Any] = {}
-    for items in groups.values():
-        ts = [t for _, t in items]
+    for group in _by_device(tensors).values():
+        ts = list(group.values())
         if len({t.is_floating_point() for t in ts}) == 1:
             flat = torch.stack(ts) if all(t.dim() == 0 for t in ts) else torch.cat([t.reshape(-1) for t in ts])
             values, mixed = flat.tolist(), False
@@ -479,7 +476,7 @@ def host_values(tensors: Mapping[str, Tensor]) -> dict[str, Any]:
             values, mixed = torch.cat([(t.to(torch.float64).view(torch.int64) if t.is_floating_point()
                                         else t.to(torch.int64)).reshape(-1) for t in ts]).tolist(), True
         at = 0
-        for name, t in items:
+        for name, t in group.items():
             n = t.numel()
             chunk, at = values[at : at + n], at + n
             if mixed and t.is_floating_point():
