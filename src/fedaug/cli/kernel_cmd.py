@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from fedaug.core.native import CACHE_ENV
 
@@ -28,9 +29,12 @@ def main(args: argparse.Namespace) -> int:
     from fedaug.layers import kernel
 
     failed = 0
-    for name, build in (("ffa_kernel", kernel.build), ("server_ops", server_ops.build)):
+    builds = (("ffa_kernel", kernel.build), ("server_ops", server_ops.build))
+    with ThreadPoolExecutor(len(builds)) as pool:  # each a compiler process: both at once on two cores
+        pending = [(name, pool.submit(build)) for name, build in builds]
+    for name, done in pending:
         try:
-            print(build())
+            print(done.result())
         except KernelBuildError as err:
             failed += 1
             print(f"fedaug kernel: {name} NOT built: {err}\n  without it {LIBRARIES[name][2]}", file=sys.stderr)

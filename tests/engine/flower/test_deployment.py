@@ -33,9 +33,11 @@ def test_stop_ends_a_process_group_and_running_members_sees_it(tmp_path):
     assert running_members(proc.pid) == []
 
 
-def run_trial(tmp_path, **security):
-    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2)
-    cfg.eval.every = 2  # evaluate after the last round only: each message starts a ClientApp process
+def run_trial(tmp_path, rounds=2, **security):
+    """``rounds`` of FedFA on two SuperNodes, evaluated after the last round only (each message starts a
+    ClientApp process that imports torch: a round costs tens of seconds)."""
+    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2, rounds=rounds)
+    cfg.eval.every = rounds
     app = write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120)
     trial = LoopbackTrial(app, tmp_path, 2, **security)
     with trial.running() as procs:
@@ -71,9 +73,10 @@ def test_loopback_deployment_runs_two_rounds_with_the_in_process_numbers(tmp_pat
 
 
 def test_loopback_deployment_with_tls_and_supernode_authentication(tmp_path):
-    cfg, run_dir = run_trial(tmp_path, tls=True, auth=True)
+    """One round (the clear deployment above shows a second round's messages travel as well)."""
+    cfg, run_dir = run_trial(tmp_path, rounds=1, tls=True, auth=True)
     got = records(run_dir)
-    assert [r["round"] for r in got] == [1, 2] and all(r["dropped"] == [] for r in got)
+    assert [r["round"] for r in got] == [1] and got[0]["dropped"] == [] and "eval" in got[0]
     assert got == in_process_records(cfg, tmp_path)
     assert (tmp_path / "certs" / "ca.crt").is_file()
     assert "registered successfully" in (tmp_path / "register-0.log").read_text()
