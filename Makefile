@@ -7,7 +7,7 @@ ARGS ?=
 # their own (scripts/test_torch.sh); tests/test_install.py checks that the range's bounds are these releases.
 TORCH_ENDS ?= 2.11.0 2.15.0
 
-.PHONY: setup run test test-torch test-torch-prepare bench
+.PHONY: setup run test test-torch test-torch-download bench
 
 setup:
 	@bash scripts/setup.sh
@@ -28,8 +28,8 @@ test: setup
 test-torch:
 	@JOBS=$(JOBS) bash scripts/test_torch.sh $(TORCH_ENDS)
 
-test-torch-prepare:
-	@bash scripts/test_torch.sh --prepare $(TORCH_ENDS)
+test-torch-download:
+	@bash scripts/test_torch.sh --download $(TORCH_ENDS)
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bench_engine.py $(ARGS)

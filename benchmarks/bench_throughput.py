@@ -26,7 +26,8 @@ cores); ``--workers-only`` for the worker scaling alone; ``--quick`` for a smoke
 (``train.group_clients``, issue 39) against one at a time, with the largest difference of their losses
 (``--jobs G --groups 1 10 50 --device cuda`` on a GPU); ``--jobs G --graph --device cuda`` for each client's
 step replayed from CUDA graphs (``train.cuda_graph``, issue 39) against eager steps; ``--jobs W2 --split``
-for where the engine's time per client goes against the lean loop's (issue 46).
+for where the engine's time per client goes against the lean loop's (issue 46); ``--jobs W2 --held`` for what
+keeping each client's copy until the round ends (as the engine's server keeps the uploads) costs the lean loop.
 """
 
 from __future__ import annotations
@@ -185,6 +186,22 @@ class LeanLoop(BareLoop):
             self.average.start_client(self.opt)
             self.average.add_client(self.local_steps(self.opt, r, k) / total)
         self.average.finish_round()
+
+
+class HoldingLoop(LeanLoop):
+    """The lean loop that also keeps a copy of each client's weights, taken right after its steps, until the
+    round is over: what the engine's server does with the uploads (the message outlives the worker model; the
+    update screening needs the round's every norm before any upload is averaged). ``--held`` compares the two:
+    what holding the round's uploads costs the clients' own steps."""
+
+    def run_round(self, r: int) -> None:
+        self.held: list[list[torch.Tensor]] = []  # the last round's copies freed before this round's are taken
+        super().run_round(r)
+
+    def local_steps(self, opt: torch.optim.Optimizer, r: int, k: int) -> int:
+        n = super().local_steps(opt, r, k)
+        self.held.append(torch._foreach_mul(self.average.floats, 1))  # the engine's copy (_common.detached)
+        return n
 
 
 def timed_round(run, r: int, device: str) -> tuple[tuple[float, float], object]:
@@ -398,6 +415,40 @@ def split(job: Job, rounds: int) -> None:
     print(f"\nrounds: engine {ms['engine']:.1f} ms, lean {ms['lean']:.1f} ms, ratio {ms['engine'] / ms['lean']:.3f}")
 
 
+def held(job: Job, rounds: int) -> None:
+    """The lean loop against :class:`HoldingLoop` in one process at one thread, alternating round by round (two
+    warm-ups): each side's local steps per client (timed in place) and rounds, medians."""
+    from fedaug.core.runtime import configure_process
+
+    configure_process(1)
+    loops = {"lean": LeanLoop(job, 1), "holding": HoldingLoop(job, 1)}
+    steps: dict[str, list[float]] = {side: [] for side in loops}
+    per_round: dict[str, list[float]] = {side: [] for side in loops}
+    for side, loop in loops.items():
+        def timed_steps(*args, _side=side, _steps=loop.local_steps):
+            t0 = time.perf_counter()
+            out = _steps(*args)
+            steps[_side].append(time.perf_counter() - t0)
+            return out
+        loop.local_steps = timed_steps
+    for r in range(1, rounds + 3):
+        if r == 3:
+            for v in steps.values():
+                v.clear()
+        for side in (("lean", "holding") if r % 2 else ("holding", "lean")):
+            seconds = timed_round(loops[side].run_round, r, "cpu")[0][0]
+            if r > 2:
+                per_round[side].append(seconds)
+    ms = {side: (1000 * statistics.median(steps[side]), 1000 * statistics.median(per_round[side])) for side in loops}
+    print(f"## {job.name}: the lean loop, and the same holding a copy of each client's weights until the round ends "
+          f"({rounds} rounds each, alternating, medians)\n")
+    print("| loop | local steps per client, ms | round, ms |\n|---|---:|---:|")
+    for side, (st, rd) in ms.items():
+        print(f"| {side} | {st:.3f} | {rd:.1f} |")
+    print(f"\nholding / lean: local steps {ms['holding'][0] / ms['lean'][0]:.3f}, "
+          f"rounds {ms['holding'][1] / ms['lean'][1]:.3f}")
+
+
 def profile(job: Job, top: int) -> None:
     """cProfile of one round of ``job`` on the engine (after two warm-up rounds, one thread): the entries
     with the most own time."""
@@ -437,6 +488,9 @@ def main() -> None:
                                                                   "the most own time (first job), and stop")
     parser.add_argument("--split", action="store_true", help="where the engine's time per client goes against "
                                                              "the lean loop's (first job, --rounds rounds), and stop")
+    parser.add_argument("--held", action="store_true", help="what holding each client's copy until the round ends "
+                                                            "costs the lean loop (first job, --rounds rounds), "
+                                                            "and stop")
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1 repeat (smoke run)")
     parser.add_argument("--device", default="cpu", help="where every run trains (e.g. cuda: the workers share it)")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
@@ -458,6 +512,9 @@ def main() -> None:
         return
     if args.profile:
         profile(jobs[0], args.profile)
+        return
+    if args.held:
+        held(jobs[0], rounds)
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
     if args.groups:

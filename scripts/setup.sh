@@ -47,10 +47,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # No bytecode compiled at install (--no-compile: a third of the time): Python compiles what is imported.
   pip install -q --no-compile --disable-pip-version-check "torch==2.13.0"
   echo "torch==2.13.0" > "$VENV/constraints.txt"
-  # The lock on pyproject.toml: one editable install of this checkout at a time (CI installs the torch ends'
-  # environments meanwhile, scripts/test_torch.sh), as each rewrites src/fedaug.egg-info.
-  flock pyproject.toml "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check \
-    -c "$VENV/constraints.txt" -e ".[data,flower,privacy,gpu,tracking,ray,test]"
+  pip install -q --no-compile --disable-pip-version-check -c "$VENV/constraints.txt" \
+    -e ".[data,flower,privacy,gpu,tracking,ray,test]"
   touch "$stamp"
 fi
 # fedaug's compiled CPU libraries, built once into ~/.cache/fedaug/kernels: the FFA layer's kernel (docs/fedfa.md)

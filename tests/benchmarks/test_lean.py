@@ -41,3 +41,20 @@ def test_the_lean_loop_computes_the_bare_loops_rounds(bench, model, channels):
                 assert torch.equal(got, want), name
     counts = [t for t in lean.average.global_entries if not t.is_floating_point()]
     assert (model != "mlp") == bool(counts) and all(int(c) == 3 * job.steps for c in counts)
+
+
+def test_the_holding_loop_computes_the_lean_loops_rounds_and_holds_each_clients_weights(bench):
+    """``--held``'s other side does the lean loop's work bit for bit, and keeps what each client trained (the
+    weights the sum added) until its round ends."""
+    job = bench.Job("T", "mlp", 1, num_clients=6, samples=12, per_round=3, steps=2, batch=6)
+    lean, holding = bench.LeanLoop(job, 1), bench.HoldingLoop(job, 1)
+    seen: list[list[torch.Tensor]] = []
+    add = holding.average.add_client
+    holding.average.add_client = lambda w: (seen.append([t.clone() for t in holding.average.floats]), add(w))[1]
+    for r in (1, 2):
+        lean.run_round(r)
+        seen.clear()
+        holding.run_round(r)
+        assert len(holding.held) == job.per_round == len(seen)
+        assert all(torch.equal(a, b) for kept, want in zip(holding.held, seen) for a, b in zip(kept, want))
+        assert all(torch.equal(a, b) for a, b in zip(lean.average.global_entries, holding.average.global_entries))
