@@ -364,6 +364,16 @@ def compare_settings(jobs: list[Job], rounds: int, repeats: int, settings: list[
     print()
 
 
+def timing(seconds: list[float], fn):
+    """``fn`` that appends the seconds of each of its calls to ``seconds``."""
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        seconds.append(time.perf_counter() - t0)
+        return out
+    return timed
+
+
 def split(job: Job, rounds: int) -> None:
     """Where the engine's time per client goes against the lean loop's (issue 46), timed in place in one
     process at one thread, the two sides alternating round by round: the local steps (the engine's
@@ -378,18 +388,10 @@ def split(job: Job, rounds: int) -> None:
     sim, lean = build_simulation(engine_config(job, rounds + 2, 1, 1)), LeanLoop(job, 1)
     times: dict[str, list[float]] = {"worker": [], "steps": [], "lean start": [], "lean steps": []}
 
-    def timer(key: str, fn):
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            out = fn(*args, **kwargs)
-            times[key].append(time.perf_counter() - t0)
-            return out
-        return timed
-
     worker, lean_steps, eager = sim.fleet.worker, lean.local_steps, training.eager_steps
-    worker.run, training.eager_steps = timer("worker", worker.run), timer("steps", eager)
-    lean.local_steps = timer("lean steps", lean_steps)
-    lean.average.start_client = timer("lean start", lean.average.start_client)
+    worker.run, training.eager_steps = timing(times["worker"], worker.run), timing(times["steps"], eager)
+    lean.local_steps = timing(times["lean steps"], lean_steps)
+    lean.average.start_client = timing(times["lean start"], lean.average.start_client)
     per_round: dict[str, list[float]] = {"engine": [], "lean": []}
     try:
         for r in range(1, rounds + 3):
@@ -425,12 +427,7 @@ def held(job: Job, rounds: int) -> None:
     steps: dict[str, list[float]] = {side: [] for side in loops}
     per_round: dict[str, list[float]] = {side: [] for side in loops}
     for side, loop in loops.items():
-        def timed_steps(*args, _side=side, _steps=loop.local_steps):
-            t0 = time.perf_counter()
-            out = _steps(*args)
-            steps[_side].append(time.perf_counter() - t0)
-            return out
-        loop.local_steps = timed_steps
+        loop.local_steps = timing(steps[side], loop.local_steps)
     for r in range(1, rounds + 3):
         if r == 3:
             for v in steps.values():

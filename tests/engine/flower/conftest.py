@@ -19,7 +19,8 @@ METHODS = {
 
 
 def flower_cfg(out_dir: Path, method: str = "fedfa", num_clients: int = 3, **train: Any) -> RunConfig:
-    """A synthetic run (2 rounds unless ``train`` says) of ``method`` (a key of :data:`METHODS`) over ``num_clients`` clients."""
+    """A synthetic run (2 rounds unless ``train`` says) of ``method`` (a key of :data:`METHODS`) over
+    ``num_clients`` clients."""
     raw = tiny_raw(**{"rounds": 2, "local_steps": 2, **train})
     raw["data"]["options"]["num_clients"] = num_clients
     raw["method"] = METHODS[method]
