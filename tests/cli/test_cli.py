@@ -140,10 +140,10 @@ def test_finish_writes_the_name_literally_and_strict_json(tmp_path, capsys):
 def test_kernel_prints_the_cached_library_and_the_retired_variable_only_warns(tmp_path, capsys, monkeypatch):
     from fedaug.layers import kernel
 
-    from fedaug.core import server_ops
+    from fedaug.core import local_sgd, server_ops
 
     try:
-        libs = [kernel.build(), server_ops.build()]
+        libs = [kernel.build(), server_ops.build(), local_sgd.build()]
     except kernel.KernelBuildError as exc:
         pytest.skip(f"the compiled libraries cannot be built here: {exc}")
     assert main(["kernel"]) == 0

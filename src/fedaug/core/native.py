@@ -1,10 +1,12 @@
 """fedaug's compiled CPU libraries: build with the system C++ compiler against the installed torch,
 cache, and load.
 
-Two libraries use this: the FFA layer's fused kernel (:mod:`fedaug.layers.kernel`, built on first
-use where a config asks for it) and the server's arithmetic on uploads (:mod:`fedaug.core.server_ops`,
-used only where already built, e.g. by ``fedaug kernel`` or ``scripts/setup.sh``: it gives the same
-bits as its PyTorch path, so a run never waits for a compiler to get them).
+Three libraries use this: the FFA layer's fused kernel (:mod:`fedaug.layers.kernel`, built on first
+use where a config asks for it), the server's arithmetic on uploads (:mod:`fedaug.core.server_ops`) and
+the clients' SGD step (:mod:`fedaug.core.local_sgd`), the last two used only where already built, e.g.
+by ``fedaug kernel`` or ``scripts/setup.sh``: they give the same bits as their PyTorch paths, so a run
+never waits for a compiler to get them. A ``.c`` source is plain C (no torch headers, loaded with
+:mod:`ctypes`; compiled by the same compiler with ``-x c``, in a fraction of a second).
 
 A library is compiled for this CPU (``-march=native``, OpenMP threads like ATen's) and cached under
 ``$FEDAUG_KERNEL_CACHE`` (default ``~/.cache/fedaug/kernels``), keyed by its source, torch's and
@@ -52,7 +54,10 @@ def compiler(fix: str) -> str:
 
 def command(cxx: str, source: Path, out: Path, flags: Sequence[str] = ()) -> list[str]:
     """The compile-and-link command of ``source`` into the shared library ``out`` (``flags`` after the
-    optimisation flags)."""
+    optimisation flags); a ``.c`` source is compiled as plain C, without torch."""
+    if source.suffix == ".c":
+        return [cxx, "-x", "c", "-std=c11", "-O3", "-march=native", "-fopenmp", *flags, "-shared", "-fPIC",
+                str(source), "-o", str(out)]
     import torch
     import torch.utils.cpp_extension as cpp  # imports setuptools: only when building
 

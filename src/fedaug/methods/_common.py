@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.nn.modules.batchnorm import _NormBase
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.methods.component import ClientCtx, Uplink
 from fedaug.models.split import StagedModel, split_stages
+from fedaug.models.walk import walk
 
 
 def normalizing_norm(num_steps: int, momentum: float) -> float:
@@ -47,35 +47,14 @@ def sgd_momentum(ctx: ClientCtx, why: str) -> float:
     return float(ctx.train.momentum)
 
 
-#: ``_load_from_state_dict`` of the modules :func:`load_entries` copies into directly: the default, and
-#: BatchNorm's (whose own step only fills in a missing batch counter, which then keeps its value)
-_PLAIN_LOADERS = (nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
-
-
 def plain_entries(model: nn.Module) -> dict[str, Tensor] | None:
-    """``model.state_dict(keep_vars=True)`` from one walk of the model (three quarters of the call's cost,
-    which a small client pays twice: loading the global weights and replying with its own), or ``None`` where
-    ``state_dict`` or ``load_state_dict`` would do anything else: a module with a state-dict hook, its own
-    saving or extra state, or its own loading (BatchNorm's aside). The same entries in the same order:
-    each module's parameters, then its persistent buffers, then its children's, shared modules under
-    every name."""
-    own: dict[str, Tensor] = {}
-    for prefix, m in model.named_modules(remove_duplicate=False):
-        cls = type(m)
-        if (cls._load_from_state_dict not in _PLAIN_LOADERS
-                or cls._save_to_state_dict is not nn.Module._save_to_state_dict
-                or cls.get_extra_state is not nn.Module.get_extra_state or m._load_state_dict_pre_hooks
-                or m._load_state_dict_post_hooks or m._state_dict_hooks or m._state_dict_pre_hooks):
-            return None
-        dot = f"{prefix}." if prefix else ""
-        for name, p in m._parameters.items():
-            if p is not None:
-                own[dot + name] = p
-        skip = m._non_persistent_buffers_set
-        for name, b in m._buffers.items():
-            if b is not None and name not in skip:
-                own[dot + name] = b
-    return own
+    """``model.state_dict(keep_vars=True)`` without walking the model each time (a small client pays the
+    walk twice: loading the global weights and replying with its own; :func:`fedaug.models.walk.walk`
+    keeps it), or ``None`` where ``state_dict`` or ``load_state_dict`` would do anything else: a module
+    with a state-dict hook, its own saving or extra state, or its own loading (BatchNorm's aside). The
+    same entries in the same order: each module's parameters, then its persistent buffers, then its
+    children's, shared modules under every name."""
+    return walk(model).state_entries()
 
 
 def load_entries(model: nn.Module, entries: Mapping[str, Tensor]) -> None:
@@ -99,11 +78,6 @@ def load_entries(model: nn.Module, entries: Mapping[str, Tensor]) -> None:
         return
     with torch.no_grad():
         torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
-
-
-def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The model's parameters that require gradients, by ``state_dict`` name."""
-    return {k: p for k, p in model.named_parameters() if p.requires_grad}
 
 
 def detached(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -15,7 +15,7 @@ from fedaug.core.payload import TensorSpec
 from fedaug.data.registry import load_dataset
 from fedaug.engine.run import Simulation
 from fedaug.methods import METHODS
-from fedaug.methods._common import trainable
+from fedaug.models.walk import trainable
 from fedaug.methods.component import Batch, Component
 from fedaug.methods.recipe import Recipe, build_component
 

@@ -37,7 +37,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.engine.client.capture import Capture, CudaGraphs
 from fedaug.engine.client.step import LossFn, StepInputs, plan_for, step_blockers
 from fedaug.engine.client.training import make_optimizer
-from fedaug.methods._common import trainable
+from fedaug.models.walk import trainable
 from fedaug.methods.component import Batch, ClientCtx, State
 from fedaug.methods.recipe import Recipe
 

@@ -42,6 +42,7 @@ from torch.func import functional_call
 
 from fedaug.methods.component import Batch, ClientCtx, Component, Runner, State, transform_inputs
 from fedaug.methods.recipe import Recipe, overrides, replaces
+from fedaug.models.walk import trainable
 
 #: each client hook a component may override, and its step form (``None``: none exists; ``""``: the hook
 #: itself runs in the step's eager input stage, so every execution can take it)
@@ -178,7 +179,7 @@ class StepPlan:
                 if c is forwarder and self.functional_forward:
                     own = own_terms
                 elif overrides(c, "group_loss_terms"):
-                    own = c.group_loss_terms(params if params is not None else _trainable(model),
+                    own = c.group_loss_terms(params if params is not None else trainable(model),
                                              captured.get(c.name, {}), batch, out)
                 else:
                     own = c.loss_terms(views[c.name], batch, out)  # type: ignore[index]
@@ -245,11 +246,6 @@ def _runner(model: nn.Module, params: dict[str, Tensor] | None, consts: dict[str
         return functional_call(_Apply(module, fn), {f"module.{k}": v for k, v in (state or {}).items()}, args)
 
     return run
-
-
-def _trainable(model: nn.Module) -> dict[str, Tensor]:
-    """``model``'s trainable parameters by name (what a loss term of the eager step reads)."""
-    return {k: p for k, p in model.named_parameters() if p.requires_grad}
 
 
 def stack_states(states: Sequence[State], device: torch.device | None = None) -> State:

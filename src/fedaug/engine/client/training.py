@@ -18,12 +18,14 @@ from torch import Tensor, nn
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import autocast, grad_scaler
 from fedaug.core.errors import ConfigError
+from fedaug.core.local_sgd import LocalSGD
 from fedaug.core.payload import Message, host_values
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
 from fedaug.engine.client.step import plan_for
 from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
+from fedaug.models.walk import train_mode, trainable
 
 
 #: what takes a client's local steps instead of the eager loop (:class:`~fedaug.engine.client.graphed.GraphedSteps`):
@@ -33,12 +35,14 @@ LocalSteps = Callable[[ClientCtx, dict[str, ClientCtx], list[Tensor]], tuple[Ten
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """A fresh local optimiser over ``params``. On CUDA, Adam is capturable in every execution (its step count
-    and bias corrections on the device, in float32), so that eager, grouped and captured steps compute the
-    same arithmetic (SGD's step is capturable as it is); elsewhere torch's default (the step count on the
-    host, the bias corrections in float64)."""
+    """A fresh local optimiser over ``params``. SGD on the CPU is :class:`~fedaug.core.local_sgd.LocalSGD`
+    (torch's SGD, stepped in one compiled pass where that library is built: the same bits). On CUDA, Adam
+    is capturable in every execution (its step count and bias corrections on the device, in float32), so
+    that eager, grouped and captured steps compute the same arithmetic (SGD's step is capturable as it
+    is); elsewhere torch's default (the step count on the host, the bias corrections in float64)."""
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        sgd = LocalSGD if not params or params[0].is_cpu else torch.optim.SGD
+        return sgd(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
         capturable = bool(params) and params[0].device.type == "cuda"
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay, capturable=capturable)
@@ -154,7 +158,7 @@ def train_client(
     with scoped_global_seed(ctx.seed, "client", ctx.round, ctx.client_id):
         for c in recipe.participants("train"):
             c.receive(views[c.name], downlink.get(c.name, {}), state.get(c.name, {}))
-        ctx.model.train()
+        train_mode(ctx.model)
         run = local_steps or partial(eager_steps, recipe, cfg=cfg, precision=precision, optimizers=optimizers)
         total_sum, sums = run(ctx, views, steps)
         uplink, new_state = {}, {}
@@ -177,7 +181,7 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
     evaluates the loss twice."""
     model, data = ctx.model, ctx.data
     plan = plan_for(recipe, model, ctx.task.loss)
-    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    params = trainable(model)
     optimizer = (optimizers or LocalOptimizer(cfg)).fresh(model, ctx.lr, list(params.values()))
     stepper = recipe.replacer["step"]
     scaler = grad_scaler(ctx.device, precision)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from fedaug.core import native, server_ops
+from fedaug.core import local_sgd, native, server_ops
 from fedaug.core.device import available_devices, cpu_name
 from fedaug.core.runtime import available_cores
 from fedaug.core.version import __version__
@@ -37,6 +37,8 @@ LIBRARIES: dict[str, tuple[Path, Sequence[str], str]] = {
     "server_ops": (server_ops.SOURCE, server_ops.FLAGS, "the server takes its PyTorch path: the same numbers, "
                    "slower with many small clients (W2 benchmark: engine / bare loop 1.10 instead of 1.02, "
                    "docs/benchmarks.md)"),
+    "local_sgd": (local_sgd.SOURCE, local_sgd.FLAGS, "CPU clients step with torch.optim.SGD: the same numbers, "
+                  "slower with many small clients (docs/benchmarks.md, W2)"),
 }
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")

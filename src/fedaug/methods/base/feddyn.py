@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import FedaugError
 from fedaug.core.payload import Part
-from fedaug.methods._common import detached, squared_distance, trainable
+from fedaug.methods._common import detached, squared_distance
+from fedaug.models.walk import trainable
 from fedaug.methods.options import check_range
 from fedaug.methods.component import Batch, ClientCtx, Phase, State, Uplink
 from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods._common import client_weights, normalizing_norm, sgd_momentum, trainable
+from fedaug.methods._common import client_weights, normalizing_norm, sgd_momentum
+from fedaug.models.walk import trainable
 from fedaug.methods.component import ClientCtx, Phase, State, Uplink
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import METHODS

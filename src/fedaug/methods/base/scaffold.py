@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Part, Spec, TensorSpec
-from fedaug.methods._common import client_weights, detached, normalizing_norm, sgd_momentum, trainable
+from fedaug.methods._common import client_weights, detached, normalizing_norm, sgd_momentum
+from fedaug.models.walk import trainable
 from fedaug.methods.options import check_range
 from fedaug.methods.component import ClientCtx, Phase, State, Uplink
 from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting

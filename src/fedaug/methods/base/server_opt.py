@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fedaug.methods._common import trainable
+from fedaug.models.walk import trainable
 from fedaug.methods.options import check_range, warn_like_fedavg
 from fedaug.methods.component import Phase, State, Uplink
 from fedaug.methods.base.fedavg import BnPolicy, FedAvg, Weighting

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from fedaug.core.payload import Part
-from fedaug.methods._common import detached, squared_distance, trainable
+from fedaug.methods._common import detached, squared_distance
+from fedaug.models.walk import trainable
 from fedaug.methods.options import check_range, warn_like_fedavg
 from fedaug.methods.component import Batch, ClientCtx, Component, State
 from fedaug.methods.recipe import METHODS
