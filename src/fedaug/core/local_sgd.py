@@ -96,7 +96,7 @@ def agrees() -> bool:
 
 def _plain(t: Tensor) -> bool:
     """A dense, contiguous float32 CPU tensor (what the compiled step takes)."""
-    return t.dtype == torch.float32 and t.is_cpu and t.layout == torch.strided and t.is_contiguous()
+    return t.dtype is torch.float32 and t.is_cpu and t.layout is torch.strided and t.is_contiguous()
 
 
 class LocalSGD(torch.optim.SGD):
@@ -139,12 +139,14 @@ class LocalSGD(torch.optim.SGD):
             return loss
         params = [p for p in group["params"] if p.grad is not None]
         momentum = group["momentum"]
-        state = self.state
-        bufs: list[Tensor | None] = [state[p].get("momentum_buffer") for p in params] if momentum else [None] * len(params)
-        if not all(_plain(p) and _plain(p.grad) and (b is None or _plain(b)) for p, b in zip(params, bufs)):
+        state, n = self.state, len(params)
+        bufs: list[Tensor | None] = [state[p].get("momentum_buffer") for p in params] if momentum else [None] * n
+        grads = [p.grad for p in params]
+        if not (all(map(_plain, params)) and all(map(_plain, grads))
+                and all(b is None or _plain(b) for b in bufs)):
             _torch_step(self)
             return loss
-        first = [0] * len(params)
+        first = [0] * n
         if momentum:
             for i, (p, b) in enumerate(zip(params, bufs)):
                 if b is None:  # torch.clone(grad): the first step writes the whole buffer
@@ -153,9 +155,8 @@ class LocalSGD(torch.optim.SGD):
                         b = self._spare[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
                     bufs[i] = state[p]["momentum_buffer"] = b
                     first[i] = 1
-        n = len(params)
         pointers = ctypes.c_void_p * n
-        fn(n, pointers(*[p.data_ptr() for p in params]), pointers(*[p.grad.data_ptr() for p in params]),
+        fn(n, pointers(*[p.data_ptr() for p in params]), pointers(*[g.data_ptr() for g in grads]),
            pointers(*[0 if b is None else b.data_ptr() for b in bufs]), (ctypes.c_int64 * n)(*[p.numel() for p in params]),
            (ctypes.c_int32 * n)(*first), group["lr"], group["weight_decay"], momentum, torch.get_num_threads())
         written = params + [b for b in bufs if b is not None]

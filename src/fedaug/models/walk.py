@@ -5,10 +5,12 @@ loading the global weights and replying with its own (``state_dict``'s entries),
 trainable parameters, setting training mode. On small models those walks are a good part of a
 client's fixed cost (W2's MLP: ~120 us of walks a client on a 2-core AMD EPYC; mobilenetv2_cifar's
 214 modules: ~3 ms), and the tree does not change between clients. :func:`walk` keeps one
-:class:`ModelWalk` per model and checks it in one flat pass before every use (~half a walk's cost):
-every module's children, parameters and buffers must be the very objects recorded, under the same
-names, in the same order, and its non-persistent buffer names the same; otherwise the model is walked
-again. What it gives is what torch's own walks give, in their order.
+:class:`ModelWalk` per model and uses it again while the tree is unchanged: no module, parameter or
+buffer was registered anywhere since (torch's global registration hooks, which every ``setattr``,
+``register_*`` and ``add_module`` of a module, parameter or buffer calls; :data:`GENERATION` counts
+them), and every module of the tree still has as many children, parameters and buffers as it had
+(what ``del`` changes without a hook). State-dict hooks are looked for at each use of the entries.
+What it gives is what torch's own walks give, in their order.
 """
 
 from __future__ import annotations
@@ -17,21 +19,37 @@ import weakref
 from collections.abc import Iterator
 
 from torch import Tensor, nn
+from torch.nn.modules import module as _module
 from torch.nn.modules.batchnorm import _NormBase
+
+#: how many modules, parameters and buffers were registered in this process since fedaug was imported: a
+#: kept walk is used again only while this is the count it was made at
+GENERATION = [0]
+
+
+def _registered(*_: object) -> None:
+    """A registration hook (any module's): a module, parameter or buffer was registered."""
+    GENERATION[0] += 1
+
+
+for _register in (_module.register_module_module_registration_hook, _module.register_module_parameter_registration_hook,
+                  _module.register_module_buffer_registration_hook):
+    _register(_registered)
 
 #: ``_load_from_state_dict`` of the modules whose entries :meth:`ModelWalk.state_entries` gives: the default,
 #: and BatchNorm's (whose own step only fills in a missing batch counter, which then keeps its value)
 _PLAIN_LOADERS = (nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
 
 
-def _fingerprint(m: nn.Module) -> tuple[object, ...]:
-    """What of ``m`` the walk's results depend on: the names and identities of its children, parameters
-    and buffers, its non-persistent buffer names (identities, never tensor equality), and how many
-    state-dict hooks it has."""
-    return (tuple(m._modules), tuple(map(id, m._modules.values())), tuple(m._parameters),
-            tuple(map(id, m._parameters.values())), tuple(m._buffers), tuple(map(id, m._buffers.values())),
-            frozenset(m._non_persistent_buffers_set), len(m._state_dict_hooks), len(m._state_dict_pre_hooks),
-            len(m._load_state_dict_pre_hooks), len(m._load_state_dict_post_hooks))
+def _sizes(m: nn.Module) -> tuple[int, int, int]:
+    """How many children, parameters and buffers ``m`` has."""
+    return len(m._modules), len(m._parameters), len(m._buffers)
+
+
+def _hooked(m: nn.Module) -> bool:
+    """Whether ``m`` has a state-dict hook (registering one calls no registration hook)."""
+    return bool(m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
+                or m._state_dict_pre_hooks)
 
 
 def _plain_state(m: nn.Module) -> bool:
@@ -39,8 +57,7 @@ def _plain_state(m: nn.Module) -> bool:
     persistent buffers: no state-dict hook, no saving, loading (BatchNorm's aside) or extra state of its own."""
     cls = type(m)
     return (cls._load_from_state_dict in _PLAIN_LOADERS and cls._save_to_state_dict is nn.Module._save_to_state_dict
-            and cls.get_extra_state is nn.Module.get_extra_state and not m._load_state_dict_pre_hooks
-            and not m._load_state_dict_post_hooks and not m._state_dict_hooks and not m._state_dict_pre_hooks)
+            and cls.get_extra_state is nn.Module.get_extra_state and not _hooked(m))
 
 
 class ModelWalk:
@@ -54,9 +71,8 @@ class ModelWalk:
         named = list(model.named_modules(remove_duplicate=False))
         self._root = weakref.ref(model)  # (the model itself held weakly: :func:`walk` keeps one per live model)
         self._rest = named[1:]
-        self._prints = [_fingerprint(m) for _, m in named]
-        self._objects = [(*m._modules.values(), *m._parameters.values(), *m._buffers.values())
-                         for _, m in named]  # held, so that no recorded id is reused
+        self._generation = GENERATION[0]
+        self._sizes = [_sizes(m) for _, m in named]
         self._parameters: list[tuple[str, nn.Parameter]] | None = None
         self._state = ({key: t for key, _, t in self.entries()} if all(_plain_state(m) for _, m in named)
                        else None)
@@ -70,7 +86,8 @@ class ModelWalk:
 
     def unchanged(self) -> bool:
         """Whether the tree is still the one walked (see the module docstring)."""
-        return all(_fingerprint(m) == f for (_, m), f in zip(self.modules, self._prints))
+        return self._generation == GENERATION[0] and all(
+            _sizes(m) == n for (_, m), n in zip(self.modules, self._sizes))
 
     def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """``list(model.named_parameters())``: each parameter once, under its first name."""
@@ -93,7 +110,9 @@ class ModelWalk:
         """``model.state_dict(keep_vars=True)`` (a new dict of the model's own tensors), or ``None`` where
         ``state_dict`` or ``load_state_dict`` would do anything else: a module with a state-dict hook, its
         own saving or extra state, or its own loading (BatchNorm's aside)."""
-        return None if self._state is None else dict(self._state)
+        if self._state is None or any(_hooked(m) for _, m in self.modules):
+            return None
+        return dict(self._state)
 
     def entries(self) -> Iterator[tuple[str, nn.Module, Tensor]]:
         """``(state_dict key, module, tensor)`` of every parameter, then persistent buffer, of every module
