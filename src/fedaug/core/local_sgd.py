@@ -125,7 +125,6 @@ class LocalSGD(torch.optim.SGD):
 
     step.hooked = True  # type: ignore[attr-defined]  # (torch's wrapper, _HOOKED_STEP, only where it does something)
 
-    @torch.no_grad()
     def _step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         loss = None
         if closure is not None:
