@@ -105,6 +105,20 @@ def server_library() -> None:
 
 
 @pytest.fixture
+def local_sgd_library() -> None:
+    """Build or load the compiled SGD step (fedaug.core.local_sgd); skip the test, saying why, where that
+    fails (no C compiler): clients then step with torch.optim.SGD, which the other tests cover."""
+    from fedaug.core import local_sgd, native
+
+    try:
+        local_sgd.build()
+    except native.KernelBuildError as exc:
+        pytest.skip(f"the compiled SGD step cannot be built here, so its path is untested: {exc}")
+    local_sgd._STATE.clear()  # looked up (and probed) again, now that it is built
+    assert local_sgd.loaded() is not None, "the compiled SGD step was built but does not give torch's bits"
+
+
+@pytest.fixture
 def no_server_library(monkeypatch) -> None:
     """Runs the server's PyTorch path, as where the compiled library is not built."""
     from fedaug.core import server_ops

@@ -16,7 +16,7 @@ def test_env_prints_the_report_as_text_and_json(capsys):
     text = capsys.readouterr().out
     assert f"cpu: {cpu_name()}, torch capability {torch.backends.cpu.get_cpu_capability()}, " in text
     assert f"torch {torch.__version__}: CUDA {torch.version.cuda or 'none'}" in text
-    assert "\ncompiled libraries (fedaug kernel):\n  ffa_kernel: " in text and "\n  server_ops: " in text
+    assert "\ncompiled libraries (fedaug kernel):\n  ffa_kernel: " in text and "\n  server_ops: " in text and "\n  local_sgd: " in text
     assert "\ndata sources:\n  digits4: " in text and "TF32 in cuBLAS matmuls" in text
     assert main(["doctor", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
