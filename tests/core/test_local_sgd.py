@@ -148,6 +148,28 @@ def test_step_hooks_run_and_the_profiler_sees_the_step():
     assert any(e.name == "Optimizer.step#LocalSGD.step" for e in prof.events())
 
 
+@pytest.mark.usefixtures("local_sgd_library")
+def test_a_dispatch_mode_sees_torchs_step_not_the_library():
+    """make_fx capturing a step for a CUDA graph, or a counting mode, must see the update's operators."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    ours, theirs, a, b = _pair(SIZES[:3], 8, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    g = torch.Generator().manual_seed(9)
+    for p, q in zip(ours, theirs):
+        p.grad = q.grad = torch.randn(p.shape, generator=g)
+    with Seen() as seen:
+        a.step()
+    b.step()
+    assert any(op.startswith("add") for op in seen.ops) and _same_bits(ours, theirs)
+
+
 def test_a_library_that_disagrees_with_torch_is_not_used(monkeypatch):
     monkeypatch.setattr(local_sgd, "_STATE", {})
     monkeypatch.setattr(local_sgd, "agrees", lambda: False)

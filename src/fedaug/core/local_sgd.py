@@ -12,8 +12,10 @@ checkpoints do not change with it.
 It is used only where ``fedaug kernel`` built the library for this CPU (it compiles in well under a
 second: plain C, no torch headers) *and* a probe at load gives :class:`torch.optim.SGD`'s bits, first
 and later steps, with and without weight decay and momentum, on tensors with and without a vector
-tail (:func:`loaded`); everywhere else, and for what the library does not take (other dtypes or
-devices, strided tensors, Nesterov, dampening, ``maximize``), torch's own step runs.
+tail (:func:`loaded`); everywhere else, for what the library does not take (other dtypes or devices,
+strided tensors, Nesterov, dampening, ``maximize``), and wherever a dispatch mode or a trace would not see
+a call outside torch (:func:`~fedaug.core.runtime.untraced`: ``make_fx`` capturing a step), torch's own
+step runs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch.optim.optimizer as _optimizer
 from torch import Tensor
 
 from fedaug.core import native
+from fedaug.core.runtime import untraced
 
 #: torch's optimiser hooks registered for every optimiser (register_optimizer_step_pre_hook and _post_hook)
 _GLOBAL_PRE_HOOKS = getattr(_optimizer, "_global_optimizer_pre_hooks", {})
@@ -132,7 +135,7 @@ class LocalSGD(torch.optim.SGD):
                 loss = closure()
         fn = loaded()  # (during the probe, the function probed)
         group = self.param_groups[0]
-        if (fn is None or len(self.param_groups) != 1 or group["nesterov"] or group["maximize"] or group["dampening"]
+        if (fn is None or not untraced() or len(self.param_groups) != 1 or group["nesterov"] or group["maximize"] or group["dampening"]
                 or isinstance(group["lr"], Tensor) or isinstance(group["weight_decay"], Tensor)):
             _torch_step(self)
             return loss

@@ -137,3 +137,14 @@ def torch_threads(threads: int) -> Iterator[None]:
 def available_cores() -> int:
     """The CPU cores this process may run on (its affinity where the platform has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def untraced() -> bool:
+    """Whether torch runs plainly here, so that work done outside its dispatcher (a compiled library called
+    directly, a kernel launched without its operator) is seen by no one who needed to see it: no dispatch
+    mode is active (``make_fx`` tracing a step for a CUDA graph, fake tensors, a test's counting mode) and
+    nothing is being compiled or traced by ``torch.fx``."""
+    from torch.fx._symbolic_trace import is_fx_symbolic_tracing
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode() is None and not torch.compiler.is_compiling() and not is_fx_symbolic_tracing()

@@ -6,8 +6,8 @@ emulation in the tests).
 Two custom operators (``torch.library.custom_op``, namespace ``fedaug_triton``) make each launch
 visible to the dispatcher, so that a traced step records it: ``ffa_forward`` (which changes the
 layer's offset, running statistics and first-batch weight in place) and ``ffa_backward``. Eagerly (no
-dispatch mode and no tracing active, :func:`_eager`) :class:`_FFA` calls the operators' own functions
-directly: the same launches with the same arguments, without the operators' Python (their schema
+dispatch mode and no tracing active, :func:`~fedaug.core.runtime.untraced`) :class:`_FFA` calls the
+operators' own functions directly: the same launches with the same arguments, without the operators' Python (their schema
 binding cost a layer ~0.5 ms of host time per step, several times InstanceNorm's whole step). PyTorch
 registers no autograd formula for an operator that changes its inputs, so :class:`_FFA` (a
 ``torch.autograd.Function``) pairs them, and its ``vmap`` rule flattens the ``vmap`` dimension into
@@ -26,9 +26,8 @@ import torch
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 from torch.autograd.function import once_differentiable
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from fedaug.core.runtime import untraced
 from fedaug.layers import triton_ffa
 
 __all__ = ["ffa_restyle", "ffa_train"]
@@ -82,13 +81,6 @@ def _backward_fake(grad, x, *args):
     return torch.empty_like(x)
 
 
-def _eager() -> bool:
-    """Whether the launches may skip their operators: no dispatch mode is active (``make_fx`` tracing a step
-    for a CUDA graph, fake tensors, a test's counting mode), nothing is being compiled or traced by ``torch.fx``."""
-    return (_get_current_dispatch_mode() is None and not torch.compiler.is_compiling()
-            and not is_fx_symbolic_tracing())
-
-
 #: the arguments of :class:`_FFA` that the forward changes in place
 _WRITTEN = ("offset", "ema", "running_mean", "running_std")
 _TENSORS = ("x", "noise", "seed", "offset", "ema", "running_mean", "running_std", "k_mu", "k_sigma")
@@ -107,7 +99,7 @@ class _FFA(torch.autograd.Function):
                 raise ValueError(f"the FFA layer's {name} must be contiguous: the kernel updates it in place")
         read = [None if t is None else t.contiguous() for t in (x, noise, seed, k_mu, k_sigma)]
         tensors = (read[0], read[1], read[2], offset, ema, running_mean, running_std, read[3], read[4])
-        if _eager():
+        if untraced():
             return triton_ffa.forward(*tensors, p=opts.p, const=opts.const, shift=opts.shift, fixed=opts.fixed,
                                       std_scale=opts.std_scale, correction=opts.correction, extra=opts.extra,
                                       eps=opts.eps, unbiased=opts.unbiased)
@@ -132,7 +124,7 @@ class _FFA(torch.autograd.Function):
         x, saved, use, k_mu, k_sigma = ctx.saved_tensors
         o = ctx.opts
         tensors = (grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma)
-        if _eager():
+        if untraced():
             gx = triton_ffa.backward(*tensors, const=o.const, shift=o.shift, fixed=o.fixed, std_scale=o.std_scale,
                                      correction=o.correction, extra=o.extra, unbiased=o.unbiased, layer=o.layer)
         else:
