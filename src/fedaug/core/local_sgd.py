@@ -36,22 +36,13 @@ from fedaug.core.runtime import untraced
 _GLOBAL_PRE_HOOKS = getattr(_optimizer, "_global_optimizer_pre_hooks", {})
 _GLOBAL_POST_HOOKS = getattr(_optimizer, "_global_optimizer_post_hooks", {})
 
-SOURCE = Path(__file__).with_name("csrc") / "local_sgd.c"
 #: no fused multiply-add beyond the source's explicit ones: the momentum's product and sum rounded apart
-FLAGS = ("-ffp-contract=off",)
-_FIX = "(clients then step with torch.optim.SGD, which gives the same results)"
+LIBRARY = native.Library(Path(__file__).with_name("csrc") / "local_sgd.c", ("-ffp-contract=off",),
+                         "(clients then step with torch.optim.SGD, which gives the same results)")
+SOURCE, FLAGS, build = LIBRARY.source, LIBRARY.flags, LIBRARY.build
 
 #: the loaded step function, looked up (and probed) once per process (None: not built, or not torch's bits)
 _STATE: dict[str, object] = {}
-
-
-def build() -> Path:
-    """Compile the library unless a matching one is cached; return its path.
-
-    Raises:
-        KernelBuildError: no compiler, or the compiler failed.
-    """
-    return native.build(SOURCE, _FIX, FLAGS)
 
 
 def loaded() -> Callable[..., None] | None:
@@ -60,8 +51,8 @@ def loaded() -> Callable[..., None] | None:
     if "step" not in _STATE:
         step = None
         try:
-            lib = native.library_path(SOURCE, native.compiler(_FIX), FLAGS)
-            if lib.is_file():
+            lib = LIBRARY.cached()
+            if lib is not None:
                 step = ctypes.CDLL(str(lib)).fedaug_sgd_step
                 step.restype = None
                 step.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedaug.core.errors import FedaugError
@@ -129,3 +130,36 @@ def build(source: Path, fix: str, flags: Sequence[str] = ()) -> Path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return lib
+
+
+@dataclass(frozen=True)
+class Library:
+    """One of fedaug's compiled libraries used only where already built (:mod:`fedaug.core.server_ops`,
+    :mod:`fedaug.core.local_sgd`).
+
+    Args:
+        source: its source file.
+        flags: extra compiler flags (part of the cache key).
+        fix: what a run does without it, appended to errors.
+    """
+
+    source: Path
+    flags: tuple[str, ...]
+    fix: str
+
+    def build(self) -> Path:
+        """Compile the library unless a matching one is cached; return its path.
+
+        Raises:
+            KernelBuildError: no compiler, or the compiler failed.
+        """
+        return build(self.source, self.fix, self.flags)
+
+    def cached(self) -> Path | None:
+        """Its cached file for this CPU and torch where built, else ``None``; never compiles.
+
+        Raises:
+            KernelBuildError: no compiler to name the cache entry by.
+        """
+        lib = library_path(self.source, compiler(self.fix), self.flags)
+        return lib if lib.is_file() else None

@@ -25,22 +25,13 @@ from torch import Tensor
 
 from fedaug.core import native
 
-SOURCE = Path(__file__).with_name("csrc") / "server_ops.cpp"
 #: no fused multiply-add: the library's sums take the PyTorch path's two roundings per term
-FLAGS = ("-ffp-contract=off",)
-_FIX = "(the server then uses its PyTorch path, which gives the same results)"
+LIBRARY = native.Library(Path(__file__).with_name("csrc") / "server_ops.cpp", ("-ffp-contract=off",),
+                         "(the server then uses its PyTorch path, which gives the same results)")
+SOURCE, FLAGS, build = LIBRARY.source, LIBRARY.flags, LIBRARY.build
 
 #: the loaded ops, looked up once per process (None: not built here)
 _STATE: dict[str, object] = {}
-
-
-def build() -> Path:
-    """Compile the library unless a matching one is cached; return its path.
-
-    Raises:
-        KernelBuildError: no compiler, or the compiler failed.
-    """
-    return native.build(SOURCE, _FIX, FLAGS)
 
 
 def loaded() -> object | None:
@@ -49,8 +40,8 @@ def loaded() -> object | None:
     if "ops" not in _STATE:
         ops = None
         try:
-            lib = native.library_path(SOURCE, native.compiler(_FIX), FLAGS)
-            if lib.is_file():
+            lib = LIBRARY.cached()
+            if lib is not None:
                 torch.ops.load_library(str(lib))
                 ops = torch.ops.fedaug_server
         except (native.KernelBuildError, OSError, RuntimeError):
