@@ -125,10 +125,12 @@ def test_a_momentum_buffer_held_elsewhere_is_not_reused():
     p.grad = torch.full((50,), 2.0)
     opt.step()
     assert opt.state[p]["momentum_buffer"] is not kept and torch.equal(kept, snapshot)
+    last = id(opt.state[p]["momentum_buffer"])
     opt.state.clear()
     del kept
     p.grad = torch.full((50,), 3.0)
-    opt.step()  # nothing else holds the last buffer now: it is written again, whole
+    opt.step()  # nothing else holds the last buffer now: it is taken again and written whole
+    assert id(opt.state[p]["momentum_buffer"]) == last
     assert torch.equal(opt.state[p]["momentum_buffer"], torch.full((50,), 3.0))
 
 

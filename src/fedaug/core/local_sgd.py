@@ -144,7 +144,7 @@ class LocalSGD(torch.optim.SGD):
             for i, (p, b) in enumerate(zip(params, bufs)):
                 if b is None:  # torch.clone(grad): the first step writes the whole buffer
                     b = self._spare.get(p)
-                    if b is None or b.shape != p.shape or sys.getrefcount(b) > 2:  # (the dict's, the call's)
+                    if b is None or b.shape != p.shape or sys.getrefcount(b) > 3:  # (the dict's, b, the call's)
                         b = self._spare[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
                     bufs[i] = state[p]["momentum_buffer"] = b
                     first[i] = 1
