@@ -354,7 +354,7 @@ def test_eager_launches_skip_the_operators_and_give_their_bits(monkeypatch, p):
     h = features((4, 2, 4, 4), seed=3)
     runs = {}
     for eager in (True, False):
-        monkeypatch.setattr(triton_op, "_eager", lambda eager=eager: eager)
+        monkeypatch.setattr(triton_op, "untraced", lambda eager=eager: eager)
         ffa, outs = layer(p=p), []
         for _ in range(3):
             x = h.clone().requires_grad_()
@@ -368,9 +368,9 @@ def test_eager_launches_skip_the_operators_and_give_their_bits(monkeypatch, p):
     assert all(torch.equal(eager_buffers[k], op_buffers[k]) for k in eager_buffers), eager_buffers
     assert int(eager_buffers["offset"]) == 3 * 2
     monkeypatch.undo()
-    assert triton_op._eager()  # no mode here: the real test of the path taken
+    assert triton_op.untraced()  # no mode here: the real test of the path taken
     with Ops():
-        assert not triton_op._eager()  # a dispatch mode (make_fx's, a counting mode) sees the operators
+        assert not triton_op.untraced()  # a dispatch mode (make_fx's, a counting mode) sees the operators
 
 
 def sgd_step(net):
