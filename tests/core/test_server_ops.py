@@ -27,11 +27,14 @@ def _uploads(dtype: torch.dtype, n: int, k: int, seed: int) -> list[torch.Tensor
 
 @pytest.mark.usefixtures("server_library")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 5000])
-def test_weighted_sum_gives_the_bits_of_the_pytorch_path(dtype, n, monkeypatch):
-    tensors = _uploads(dtype, n, 9, seed=n)
+@pytest.mark.parametrize(("n", "k"), [(1, 9), (1023, 9), (1024, 9), (1025, 9), (5000, 9), (16383, 8), (16384, 1),
+                                      (16385, 7), (40000, 17), (300, 16)])
+def test_weighted_sum_gives_the_bits_of_the_pytorch_path(dtype, n, k, monkeypatch):
+    """Every length about the library's chunk (16,384 values), and every client count about its blocks of
+    eight clients a pass (fewer, exact multiples, a tail)."""
+    tensors = _uploads(dtype, n, k, seed=n)
     g = torch.Generator().manual_seed(1)
-    w = torch.rand(9, generator=g, dtype=torch.float64)
+    w = torch.rand(k, generator=g, dtype=torch.float64)
     weights = (w / w.sum()).tolist()
     compiled = server_ops.weighted_sum(tensors, weights)
     monkeypatch.setitem(server_ops._STATE, "ops", None)

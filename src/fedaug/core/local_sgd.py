@@ -88,9 +88,13 @@ def agrees() -> bool:
     return True
 
 
-def _plain(t: Tensor) -> bool:
-    """A dense, contiguous float32 CPU tensor (what the compiled step takes)."""
-    return t.dtype is torch.float32 and t.is_cpu and t.layout is torch.strided and t.is_contiguous()
+def _plain(tensors: list[Tensor]) -> bool:
+    """Whether every tensor is dense, contiguous, float32 and on the CPU (what the compiled step takes)."""
+    f32, strided = torch.float32, torch.strided
+    for t in tensors:
+        if t.dtype is not f32 or not t.is_cpu or t.layout is not strided or not t.is_contiguous():
+            return False
+    return True
 
 
 class LocalSGD(torch.optim.SGD):
@@ -133,14 +137,14 @@ class LocalSGD(torch.optim.SGD):
         params = [p for p in group["params"] if p.grad is not None]
         momentum = group["momentum"]
         state, n = self.state, len(params)
-        bufs: list[Tensor | None] = [state[p].get("momentum_buffer") for p in params] if momentum else [None] * n
         grads = [p.grad for p in params]
-        if not (all(map(_plain, params)) and all(map(_plain, grads))
-                and all(b is None or _plain(b) for b in bufs)):
+        bufs = [state[p].get("momentum_buffer") for p in params] if momentum else []
+        held = [b for b in bufs if b is not None]
+        if not (_plain(params) and _plain(grads) and _plain(held)):  # type: ignore[arg-type]
             _torch_step(self)
             return loss
         first = [0] * n
-        if momentum:
+        if len(held) < len(bufs):
             for i, (p, b) in enumerate(zip(params, bufs)):
                 if b is None:  # torch.clone(grad): the first step writes the whole buffer
                     b = self._spare.get(p)
@@ -148,11 +152,11 @@ class LocalSGD(torch.optim.SGD):
                         b = self._spare[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
                     bufs[i] = state[p]["momentum_buffer"] = b
                     first[i] = 1
-        pointers = ctypes.c_void_p * n
-        fn(n, pointers(*[p.data_ptr() for p in params]), pointers(*[g.data_ptr() for g in grads]),
-           pointers(*[0 if b is None else b.data_ptr() for b in bufs]), (ctypes.c_int64 * n)(*[p.numel() for p in params]),
+        pointers, data = ctypes.c_void_p * n, Tensor.data_ptr
+        fn(n, pointers(*map(data, params)), pointers(*map(data, grads)),
+           pointers(*map(data, bufs)) if momentum else pointers(), (ctypes.c_int64 * n)(*map(Tensor.numel, params)),
            (ctypes.c_int32 * n)(*first), group["lr"], group["weight_decay"], momentum, torch.get_num_threads())
-        written = params + [b for b in bufs if b is not None]
+        written = params + bufs  # type: ignore[operator]
         torch._C._autograd._unsafe_set_version_counter(written, [t._version + 1 for t in written])
         return loss
 

@@ -214,15 +214,16 @@ class Against:
                 extremes[name] = (lo, hi)
         norms: dict[torch.device, dict[str, Tensor]] = {}
         differences = {n: p for n, p in pairs.items() if n not in single}
-        with torch.no_grad():
-            for device, group in _by_device(differences).items():
-                diffs = torch._foreach_sub([t for t, _ in group.values()], [r for _, r in group.values()])
-                norms.setdefault(device, {}).update(zip(group, torch._foreach_norm(diffs, 2, dtype=torch.float64)))
-            for device, group in _by_device(alone).items():
-                norms.setdefault(device, {}).update(
-                    zip(group, torch._foreach_norm(list(group.values()), 2, dtype=torch.float64)))
+        if differences or alone:
+            with torch.no_grad():
+                for device, group in _by_device(differences).items():
+                    diffs = torch._foreach_sub([t for t, _ in group.values()], [r for _, r in group.values()])
+                    norms.setdefault(device, {}).update(zip(group, torch._foreach_norm(diffs, 2, dtype=torch.float64)))
+                for device, group in _by_device(alone).items():
+                    norms.setdefault(device, {}).update(
+                        zip(group, torch._foreach_norm(list(group.values()), 2, dtype=torch.float64)))
         half = math.inf if max_abs is None else max_abs / 2
-        stale = {name: r for name, (_, r) in pairs.items() if name not in single and self._largest(r) is None}
+        stale = {name: r for name, (_, r) in differences.items() if self._largest(r) is None}
         queued = queue_extremes(stale) if stale else {}
         out = set()
         for device, group in norms.items():

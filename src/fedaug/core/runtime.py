@@ -34,6 +34,8 @@ import sys
 from collections.abc import Iterator
 
 import torch
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from fedaug.core.errors import ConfigError
 
@@ -144,7 +146,4 @@ def untraced() -> bool:
     directly, a kernel launched without its operator) is seen by no one who needed to see it: no dispatch
     mode is active (``make_fx`` tracing a step for a CUDA graph, fake tensors, a test's counting mode) and
     nothing is being compiled or traced by ``torch.fx``."""
-    from torch.fx._symbolic_trace import is_fx_symbolic_tracing
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
     return _get_current_dispatch_mode() is None and not torch.compiler.is_compiling() and not is_fx_symbolic_tracing()

@@ -15,6 +15,7 @@ What it gives is what torch's own walks give, in their order.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Iterator
 
@@ -41,9 +42,14 @@ for _register in (_module.register_module_module_registration_hook, _module.regi
 _PLAIN_LOADERS = (nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
 
 
-def _sizes(m: nn.Module) -> tuple[int, int, int]:
-    """How many children, parameters and buffers ``m`` has."""
-    return len(m._modules), len(m._parameters), len(m._buffers)
+#: each module's children, parameters and buffers (the dicts themselves, read afresh at each use)
+_CHILDREN, _PARAMETERS, _BUFFERS = (operator.attrgetter(a) for a in ("_modules", "_parameters", "_buffers"))
+
+
+def _sizes(modules: list[nn.Module]) -> tuple[list[int], list[int], list[int]]:
+    """How many children, parameters and buffers each of ``modules`` has."""
+    return ([*map(len, map(_CHILDREN, modules))], [*map(len, map(_PARAMETERS, modules))],
+            [*map(len, map(_BUFFERS, modules))])
 
 
 def _hooked(m: nn.Module) -> bool:
@@ -72,7 +78,8 @@ class ModelWalk:
         self._root = weakref.ref(model)  # (the model itself held weakly: :func:`walk` keeps one per live model)
         self._rest = named[1:]
         self._generation = GENERATION[0]
-        self._sizes = [_sizes(m) for _, m in named]
+        self._modules = [m for _, m in named[1:]]
+        self._sizes = _sizes([model, *self._modules])
         self._parameters: list[tuple[str, nn.Parameter]] | None = None
         self._state = ({key: t for key, _, t in self.entries()} if all(_plain_state(m) for _, m in named)
                        else None)
@@ -86,8 +93,7 @@ class ModelWalk:
 
     def unchanged(self) -> bool:
         """Whether the tree is still the one walked (see the module docstring)."""
-        return self._generation == GENERATION[0] and all(
-            _sizes(m) == n for (_, m), n in zip(self.modules, self._sizes))
+        return self._generation == GENERATION[0] and _sizes([self._root(), *self._modules]) == self._sizes
 
     def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """``list(model.named_parameters())``: each parameter once, under its first name."""

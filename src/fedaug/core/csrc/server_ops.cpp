@@ -3,8 +3,9 @@
 // weighted_sum: acc_i = sum_k w_k * (double) x_k[i], accumulated in client order with two roundings
 // per term (the product, then the sum: compiled with -ffp-contract=off, so no fused multiply-add),
 // exactly as fedavg's PyTorch path computes it (zeros, then acc += double(x_k) * w_k). The elements
-// are taken in chunks that stay in the L1 cache while every client's chunk is added: each upload is
-// read once and the float64 accumulator is written once, instead of three passes per client.
+// are taken in chunks that stay in the L2 cache while every client's chunk is added, eight clients a
+// pass: each upload is read once and the float64 accumulator is written once per eight clients,
+// instead of three passes per client.
 //
 // upload_stats: for pairs (t, r) of float32 tensors, sum_i (double)(t_i - r_i)^2 with t_i - r_i
 // rounded to float32 and the (exact) squares summed in float64 in a fixed order (16 lanes, then a
@@ -22,19 +23,37 @@ namespace {
 
 using at::Tensor;
 
-constexpr int64_t kChunk = 1024;  // float64 accumulator elements kept in L1 while the clients are added
+constexpr int64_t kChunk = 16384;  // float64 accumulator elements (128 KB) kept in L2 while the clients are added
+constexpr int kBlock = 8;          // clients added per pass over a chunk of the accumulator
+
+// acc[i] = (((acc[i] + x_k[i] w_k) + x_k+1[i] w_k+1) + ...): the same two roundings per client in client order
+// as one client a pass, with the accumulator read and written once per block of clients instead of once per
+// client (the loop's loads and stores, not the memory, bound it: W2's uploads ~2x faster on an AMD EPYC).
+template <typename T, int B>
+inline void add_block(double* a, const T* const* xs, const double* ws, int64_t start, int64_t len) {
+  const T* x[B];
+  double w[B];
+  for (int j = 0; j < B; ++j) {
+    x[j] = xs[j] + start;
+    w[j] = ws[j];
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    double s = a[i];
+    for (int j = 0; j < B; ++j) s = s + static_cast<double>(x[j][i]) * w[j];
+    a[i] = s;
+  }
+}
 
 template <typename T>
 void accumulate(double* acc, const std::vector<const T*>& xs, const std::vector<double>& ws, int64_t n) {
+  const int64_t clients = static_cast<int64_t>(xs.size());
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t len = std::min(kChunk, n - start);
     double* a = acc + start;
     for (int64_t i = 0; i < len; ++i) a[i] = 0.0;
-    for (size_t k = 0; k < xs.size(); ++k) {
-      const T* x = xs[k] + start;
-      const double w = ws[k];
-      for (int64_t i = 0; i < len; ++i) a[i] = a[i] + static_cast<double>(x[i]) * w;
-    }
+    int64_t k = 0;
+    for (; k + kBlock <= clients; k += kBlock) add_block<T, kBlock>(a, xs.data() + k, ws.data() + k, start, len);
+    for (; k < clients; ++k) add_block<T, 1>(a, xs.data() + k, ws.data() + k, start, len);
   }
 }
 

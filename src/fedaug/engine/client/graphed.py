@@ -35,10 +35,10 @@ from fedaug.config.schema import TrainConfig
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
 from fedaug.engine.client.capture import Capture, CudaGraphs
-from fedaug.engine.client.step import LossFn, StepInputs, plan_for, step_blockers
+from fedaug.engine.client.step import LossFn, StepInputs, mini_batch, plan_for, step_blockers
 from fedaug.engine.client.training import make_optimizer
 from fedaug.models.walk import trainable
-from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import Recipe
 
 #: graphs kept per worker (least recently used dropped first; a dropped shape is captured again)
@@ -207,7 +207,7 @@ class GraphedSteps:
         torch._foreach_zero_([self.total, *self.sums.values()])
         x, y = ctx.data.x, ctx.data.y
         for idx in steps:
-            inputs = plan.prepare(views, Batch(x[idx], y[idx]))
+            inputs = plan.prepare(views, mini_batch(x, y, idx))
             key = graph_key(inputs, ctx.lr)
             graph = self.graphs.get(key)
             if graph is None:

@@ -36,10 +36,10 @@ from fedaug.config.schema import TrainConfig
 from fedaug.core.payload import Message
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
-from fedaug.engine.client.step import plan_for, stack_states, state_slice, step_blockers
+from fedaug.engine.client.step import mini_batch, plan_for, stack_states, state_slice, step_blockers
 from fedaug.engine.client.training import batch_indices, batch_sizes, component_views, make_optimizer, train_metrics
 from fedaug.methods._common import load_entries
-from fedaug.methods.component import Batch, ClientCtx, State
+from fedaug.methods.component import ClientCtx, State
 from fedaug.methods.recipe import Recipe
 
 
@@ -119,7 +119,7 @@ def train_group(recipe: Recipe, ctxs: Sequence[ClientCtx], downlinks: Sequence[M
     total_sum = torch.zeros(len(ctxs), device=device)
     sums: dict[str, Any] = {}
     for s in range(len(sizes)):
-        inputs = [plan.prepare(view, Batch(ctx.data.x[idx[s]], ctx.data.y[idx[s]]))
+        inputs = [plan.prepare(view, mini_batch(ctx.data.x, ctx.data.y, idx[s]))
                   for ctx, idx, view in zip(ctxs, steps, views)]
         x, y = torch.stack([i.x for i in inputs]), torch.stack([i.y for i in inputs])
         drawn = stack_states([i.drawn for i in inputs], device)

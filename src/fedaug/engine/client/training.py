@@ -23,8 +23,8 @@ from fedaug.core.local_sgd import LocalSGD
 from fedaug.core.payload import Message, host_values
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
-from fedaug.engine.client.step import plan_for
-from fedaug.methods.component import Batch, ClientCtx, State, transform_inputs
+from fedaug.engine.client.step import mini_batch, plan_for
+from fedaug.methods.component import ClientCtx, State, transform_inputs
 from fedaug.methods.recipe import Recipe
 from fedaug.models.walk import train_mode, trainable
 
@@ -193,6 +193,7 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
     captured = plan.capture(views)
     sums: dict[str, Tensor] = {}
     first_call = [True]  # log loss terms once per step, even if a step evaluates the closure twice (SAM)
+    alone = plan.task_only  # (then the task term's sum is the total's: not added up twice)
 
     def closure() -> Tensor:
         optimizer.zero_grad(set_to_none=True)
@@ -204,7 +205,7 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
             scaler.scale(total).backward()
             scaler.unscale_(optimizer)
         plan.adjust(optimizer, params, captured, views)
-        if first_call[0]:
+        if first_call[0] and not alone:
             for k, v in terms.items():
                 sums[k] = sums.get(k, 0.0) + v.detach()
             first_call[0] = False
@@ -220,11 +221,11 @@ def eager_steps(recipe: Recipe, ctx: ClientCtx, views: dict[str, ClientCtx], ste
 
     total_sum = torch.zeros((), device=ctx.device)
     for idx in steps:
-        inputs = plan.prepare(views, Batch(data.x[idx], data.y[idx]))
+        inputs = plan.prepare(views, mini_batch(data.x, data.y, idx))
         first_call[0] = True
         total_sum += step()
     plan.restore(views, captured)
-    return total_sum, sums
+    return total_sum, ({"task": total_sum} if alone and steps else sums)
 
 
 def backward(total: Tensor) -> None:
