@@ -470,6 +470,9 @@ def host_values(tensors: Mapping[str, Tensor]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for group in _by_device(tensors).values():
         ts = list(group.values())
+        if len(ts) == 1 and ts[0].dim() == 0:  # one number: read as it is (one operation, not three)
+            out.update(zip(group, (ts[0].item(),)))
+            continue
         if len({t.is_floating_point() for t in ts}) == 1:
             flat = torch.stack(ts) if all(t.dim() == 0 for t in ts) else torch.cat([t.reshape(-1) for t in ts])
             values, mixed = flat.tolist(), False
