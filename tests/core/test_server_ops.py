@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,6 +88,35 @@ def test_upload_stats_reads_the_distance_and_the_extremes_in_one_pass():
         assert all(math.isnan(v) for v in ops.upload_stats([t], [torch.zeros(37)]).tolist()[0])
     with pytest.raises(RuntimeError, match="non-empty contiguous float32 CPU pairs of equal size"):
         ops.upload_stats([torch.zeros(3, dtype=torch.float64)], [torch.zeros(3, dtype=torch.float64)])
+
+
+def _squares_in_order(t: torch.Tensor, r: torch.Tensor) -> float:
+    """The library's stated order, in numpy float64: element i's exact square (of the float32 difference) into
+    lane i % 16 of the whole blocks of 16, each lane a serial sum; the tail into lane 0; then lane j += lane
+    j + w/2 for w = 16, 8, 4, 2."""
+    sq = ((t - r).double() ** 2).numpy()
+    body = len(sq) - len(sq) % 16
+    lanes = np.zeros(16)
+    for i in range(0, body, 16):
+        lanes = lanes + sq[i:i + 16]
+    for v in sq[body:]:
+        lanes[0] = lanes[0] + v
+    width = 16
+    while width > 1:
+        lanes[: width // 2] = lanes[: width // 2] + lanes[width // 2 : width]
+        width //= 2
+    return float(lanes[0])
+
+
+@pytest.mark.usefixtures("server_library")
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 33, 4099])
+def test_upload_stats_sums_the_squares_in_its_stated_order_bit_for_bit(n):
+    """The recorded update norms depend on the float64 sum's last bits: the library keeps one order on every CPU."""
+    g = torch.Generator().manual_seed(n)
+    t = torch.randn(n, generator=g) * 10.0 ** torch.randint(-6, 6, (n,), generator=g)
+    r = t + torch.randn(n, generator=g)
+    squares = server_ops.loaded().upload_stats([t], [r]).tolist()[0][0]
+    assert squares == _squares_in_order(t, r)
 
 
 def test_the_library_is_used_only_where_built_and_never_compiled_by_a_run(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ Tensor weighted_sum(const std::vector<Tensor>& tensors, const std::vector<double
 
 // GCC/Clang vector types: elementwise semantics on every CPU, whatever its vector width.
 typedef float f8 __attribute__((vector_size(32)));
-typedef double d4 __attribute__((vector_size(32)));
+typedef double d8 __attribute__((vector_size(64)));
 
 template <typename V>
 V load(const float* p) {
@@ -93,7 +93,7 @@ V load(const float* p) {
 
 // One pass over x and y (16 elements a step): sum_i (double)(x_i - y_i)^2 with each difference
 // rounded to float32, in 16 lanes (element i goes to lane i % 16, the tail to lane 0), each a serial
-// sum (four chains of 4 lanes keep the adds in flight), then a fixed tree: the same bits on every CPU.
+// sum (two chains of 8 lanes keep the adds in flight), then a fixed tree: the same bits on every CPU.
 // Also min and max of x, and whether x holds a NaN or an infinity (then v * 0 is NaN in some lane).
 struct Stats {
   double squares;
@@ -101,21 +101,17 @@ struct Stats {
   bool finite;
 };
 
-inline d4 widen_low(f8 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), d4); }
-inline d4 widen_high(f8 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), d4); }
 
 Stats pass(const float* x, const float* y, int64_t n) {
-  d4 acc[4] = {};
+  d8 acc[2] = {};  // lanes 0-7 and 8-15
   f8 lo = f8{} + x[0], hi = lo, probe = {};
   const int64_t body = n - n % 16;
   for (int64_t i = 0; i < body; i += 16) {
     const f8 v0 = load<f8>(x + i), v1 = load<f8>(x + i + 8);
     const f8 d0 = v0 - load<f8>(y + i), d1 = v1 - load<f8>(y + i + 8);
-    const d4 a = widen_low(d0), b = widen_high(d0), c = widen_low(d1), e = widen_high(d1);
+    const d8 a = __builtin_convertvector(d0, d8), c = __builtin_convertvector(d1, d8);
     acc[0] += a * a;  // exact squares: a fused add would change nothing
-    acc[1] += b * b;
-    acc[2] += c * c;
-    acc[3] += e * e;
+    acc[1] += c * c;
     lo = v0 < lo ? v0 : lo;
     lo = v1 < lo ? v1 : lo;
     hi = v0 > hi ? v0 : hi;
