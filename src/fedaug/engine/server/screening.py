@@ -118,13 +118,15 @@ def update_norms(result: PhaseResult, components: Sequence[Component], server: M
     entries = screened_entries(result.specs)
     by_name = {c.name: c for c in components}
     out: Norms = {part: {kind: {} for kind in kinds} for part, kinds in entries.items()}
+    kind_of = {part: {name: kind for kind, names in reversed(kinds.items()) for name in names}  # (the first kind wins)
+               for part, kinds in entries.items()}
     for cid in sorted(result.replies):
         for part, kinds in entries.items():
             values, known = result.replies[cid].message.get(part, {}), result.distances.get(cid, {}).get(part, {})
             sent: dict[str, Any] | None = None
             squares: dict[str, list[float]] = {kind: [] for kind in kinds}
             for name, t in values.items():
-                kind = next((k for k, names in kinds.items() if name in names), None)
+                kind = kind_of[part].get(name)
                 if kind is None or not t.numel():
                     continue
                 if name in known:
