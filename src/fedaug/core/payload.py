@@ -194,23 +194,25 @@ class Against:
         ``(min, max)`` read on the way (both NaN where a value is not finite; :func:`value_extremes`)."""
         pairs: dict[str, tuple[Tensor, Tensor]] = {}
         alone: dict[str, Tensor] = {}
+        single: dict[str, tuple[Tensor, Tensor]] = {}  # the pairs the compiled library takes
+        ops = server_ops.loaded()
         for name, t in tensors.items():
             if t.dtype not in _NORMED or not t.numel():
                 continue
             r = self.reference.get(name)
             if not counterpart(t, r):
                 alone[name] = t
-            elif r.dtype == t.dtype and t.device == r.device:  # type: ignore[union-attr]
+            elif r.dtype == t.dtype and ((t.is_cpu and r.is_cpu) or t.device == r.device):  # type: ignore[union-attr]
                 pairs[name] = (t, r)  # type: ignore[assignment]
-        ops = server_ops.loaded()
-        single = {n: p for n, p in pairs.items() if p[0].dtype == torch.float32 and p[0].is_cpu
-                  and p[0].is_contiguous() and p[1].is_contiguous()} if ops is not None else {}
+                if ops is not None and t.dtype == torch.float32 and t.is_cpu and t.is_contiguous() and r.is_contiguous():  # type: ignore[union-attr]
+                    single[name] = (t, r)  # type: ignore[assignment]
         extremes: dict[str, tuple[float, float]] = {}
         if single:
             with torch.no_grad():
                 rows = ops.upload_stats([t for t, _ in single.values()], [r for _, r in single.values()]).tolist()
+            distances = self.distances
             for name, (squares, lo, hi) in zip(single, rows):
-                self.distances[name] = _float32(math.sqrt(squares))
+                distances[name] = _float32(math.sqrt(squares))
                 extremes[name] = (lo, hi)
         norms: dict[torch.device, dict[str, Tensor]] = {}
         differences = {n: p for n, p in pairs.items() if n not in single}
