@@ -101,7 +101,6 @@ struct Stats {
   bool finite;
 };
 
-
 Stats pass(const float* x, const float* y, int64_t n) {
   d8 acc[2] = {};  // lanes 0-7 and 8-15
   f8 lo = f8{} + x[0], hi = lo, probe = {};

@@ -138,7 +138,6 @@ class StepPlan:
         #: whether a step's total is its task term alone, evaluated once a step (no loss terms, no replaced step):
         #: the sum of the totals is then the task term's sum, the same additions
         self.task_only = not self.loss_terms and self.stepper is None
-        self.simple = self.plain and self.task_only and not (self.transforms or self.drawers or self.adjusters)
 
     # --- 1. the input, eagerly ---------------------------------------------------------------
     def prepare(self, views: Mapping[str, ClientCtx], batch: Batch) -> StepInputs:
