@@ -187,8 +187,8 @@ def test_a_cuda_workers_client_calls_compute_at_the_runs_float32_precision(monke
     cuda = worker_module.Worker(sim.cfg, local.recipe, local.model, local.task, sim.federation.num_clients)
     seen: list[set[object]] = []
     monkeypatch.setattr(cuda, "_run", lambda *args: seen.append(_math_settings()))
-    monkeypatch.setattr(worker_module, "train_group", lambda *args: seen.append(_math_settings()) or [])
-    monkeypatch.setattr(cuda, "_receive", lambda *args: (local.model, {}, {}, None))
+    monkeypatch.setattr(worker_module, "train_stacked", lambda *args: seen.append(_math_settings()) or [])
+    monkeypatch.setattr(cuda, "start_group", lambda *args: [])
     for owner, attr in dev._float32_math_settings():  # start from the opposite of what the calls want
         setattr(owner, attr, "tf32" if want == {"ieee"} else "ieee")
     outside = _math_settings()

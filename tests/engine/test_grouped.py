@@ -80,13 +80,13 @@ def config(method: str, group: int, rounds: int = 3, **train: Any) -> RunConfig:
 def group_sizes(monkeypatch) -> list[int]:
     """The sizes of the groups the worker trains together (one entry per batched group)."""
     sizes: list[int] = []
-    original = worker_module.train_group
+    original = worker_module.train_stacked
 
-    def spy(recipe, ctxs, *args, **kwargs):
-        sizes.append(len(ctxs))
-        return original(recipe, ctxs, *args, **kwargs)
+    def spy(group):
+        sizes.append(len(group))
+        return original(group)
 
-    monkeypatch.setattr(worker_module, "train_group", spy)
+    monkeypatch.setattr(worker_module, "train_stacked", spy)
     return sizes
 
 

@@ -23,7 +23,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.client.worker import Worker, build_worker_model
-from fedaug.engine.fleet.inprocess import InProcessFleet, Order
+from fedaug.engine.fleet.inprocess import InProcessFleet, Order, Trainer
 from fedaug.engine.fleet.processes import ProcessFleet
 from fedaug.engine.fleet.ray import RayFleet
 from fedaug.engine.fleet.tasks import WorkerDied
@@ -48,10 +48,15 @@ class Simulation(Server):
         recipe: the method (base algorithm + augmentations).
         execution_order: permutes the sampled client ids before training them (tests use it to
             show that the order does not matter); default: ascending ids.
+        trainer: trains each training phase's clients (a pack's slot, :mod:`fedaug.engine.fleet.packed`: with
+            other runs' clients); default: the worker (one at a time, or ``train.group_clients`` at once).
+
+    Raises:
+        ConfigError: ``execution_order`` or ``trainer`` with worker processes or Ray actors.
     """
 
     def __init__(self, cfg: RunConfig, data: FederatedData, recipe: Recipe,
-                 execution_order: Order | None = None) -> None:
+                 execution_order: Order | None = None, trainer: Trainer | None = None) -> None:
         federation = Federation.of(data)
         federation.check(cfg)
         device = resolve_device(cfg.device)
@@ -60,6 +65,10 @@ class Simulation(Server):
             raise ConfigError("execution_order runs clients in a given order on one worker in this process; with "
                               "fleet = 'ray' they run as actors become free: set fleet='local' and workers=1 to "
                               "choose the order")
+        if trainer is not None and (cfg.fleet == "ray" or cfg.workers > 1):
+            raise ConfigError("a packed run trains its clients in this process with other runs' clients; it cannot "
+                              "also train them on worker processes or Ray actors: set workers=1 and fleet='local', "
+                              "or run it unpacked")
         if execution_order is not None and cfg.workers > 1:
             raise ConfigError("execution_order runs clients in a given order on one worker; with workers > 1 "
                               "they run as workers become free: set workers=1 to choose the order")
@@ -73,7 +82,7 @@ class Simulation(Server):
         else:
             model = build_worker_model(cfg, recipe, data.input_shape, data.num_classes, device)
             worker = Worker(cfg, recipe, model, make_task(data.task, data.num_classes), data.num_clients)
-            fleet = InProcessFleet(worker, data, execution_order, on_device=cfg.data.on_device)
+            fleet = InProcessFleet(worker, data, execution_order, on_device=cfg.data.on_device, trainer=trainer)
         super().__init__(cfg, recipe, model, federation, fleet)
         self.data = data
 
@@ -115,13 +124,15 @@ class Simulation(Server):
         self.close()
 
 
-def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recipe: Recipe | None = None) -> Simulation:
+def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recipe: Recipe | None = None,
+                     trainer: Trainer | None = None) -> Simulation:
     """Validate the method and the device, load the data and build a :class:`Simulation` (no files
     written, no process-wide setting changed: ``cfg.threads`` is applied by
     :func:`~fedaug.core.runtime.configure_process`, which the caller may run first).
 
     Args:
         recipe: the method (default: built from ``cfg.method``), e.g. one with your own components.
+        trainer: trains each training phase's clients (:class:`Simulation`; a pack's slot).
 
     Raises:
         ConfigError: among others, a ``device`` this machine does not have (before the data loads).
@@ -129,24 +140,25 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
     resolve_device(cfg.device)
     recipe = recipe or build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
     data = load_dataset(cfg.data.name, cfg.seed, **cfg.data.options)
-    return Simulation(cfg, data, recipe, execution_order)
+    return Simulation(cfg, data, recipe, execution_order, trainer)
 
 
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
                    tags: Mapping[str, str] | None = None,
                    on_round: Callable[[RoundUpdate], None] | None = None,
-                   out_dir: str | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   out_dir: str | None = None, trainer: Trainer | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
     ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`) and whose
     ``environment.jsonl`` this installation (:func:`~fedaug.engine.records.installation.installation`), tracked
     where ``[log]`` asks (:class:`~fedaug.engine.records.tracking.Tracker`, with ``tags``); progress on stderr
     (:class:`~fedaug.engine.records.progress.Progress`; none with ``quiet``), each round also to ``on_round``.
     ``out_dir`` puts the run directory elsewhere while its ``config.toml`` keeps ``cfg.out_dir`` (a grid
-    cell that a Ray node computes in a directory of its own, then ships to ``cfg.out_dir``)."""
+    cell that a Ray node computes in a directory of its own, then ships to ``cfg.out_dir``). ``trainer`` trains its
+    training phases (a pack's slot: :class:`Simulation`)."""
     cfg = pin(cfg)
     check_tracking(cfg)
-    sim = build_simulation(cfg, execution_order)
+    sim = build_simulation(cfg, execution_order, trainer=trainer)
     run_dir = RunDir.start(cfg, out_dir) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
         if run_dir is not None:
@@ -160,7 +172,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
                       recipe: Recipe | None = None, workers: int | None = None,
                       fleet: str | None = None, from_round: int | None = None,
                       tags: Mapping[str, str] | None = None,
-                      on_round: Callable[[RoundUpdate], None] | None = None) -> tuple[dict[str, Any], RunDir]:
+                      on_round: Callable[[RoundUpdate], None] | None = None,
+                      trainer: Trainer | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -179,6 +192,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             a tracked run continues its own MLflow run.
         on_round: called with each round's :class:`~fedaug.engine.records.progress.RoundUpdate` (as in
             :func:`run_experiment`); the run's ``environment.jsonl`` gains a line for this process.
+        trainer: trains its training phases (a pack's slot: :class:`Simulation`).
 
     Raises:
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
@@ -207,7 +221,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
                                   f"'fedaug resume {path} --device cpu' (or another available device)") from None
         if cfg != stored and payload is None:
             run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
-        sim = build_simulation(cfg, recipe=recipe)
+        sim = build_simulation(cfg, recipe=recipe, trainer=trainer)
         if payload is not None:
             sim.restore(payload)
         run_dir.truncate_rounds(sim.round)

@@ -142,6 +142,19 @@ class ClientCtx:
             )
         return self._streams[key]
 
+    def stream_states(self) -> dict[tuple[str, str], Tensor]:
+        """The states of the random streams made so far (this context's and its views'), for
+        :meth:`rewind_streams`."""
+        return {key: g.get_state() for key, g in self._streams.items()}
+
+    def rewind_streams(self, states: Mapping[tuple[str, str], Tensor]) -> None:
+        """The random streams as :meth:`stream_states` found them: each set back to its state, the streams
+        made since dropped (they start anew when drawn from)."""
+        for key in [k for k in self._streams if k not in states]:
+            del self._streams[key]
+        for key, state in states.items():
+            self._streams[key].set_state(state)
+
     def view(self, component: str) -> "ClientCtx":
         """A view of this context for ``component``; views share their random streams' table."""
         return self.with_fields(component=component)
@@ -197,6 +210,12 @@ class Component:
     #: the artefacts this component releases under a Gaussian mechanism (set by its DP options;
     #: read by the privacy accountant, :mod:`fedaug.privacy.release`); none by default.
     releases: tuple[GaussianRelease, ...] = ()
+    #: the options (constructor arguments) whose values may differ between the runs of a pack (``fedaug compare
+    #: --pack``, :mod:`fedaug.engine.fleet.packed`): those read only on the server, in the client's own hooks
+    #: around the batched step (``receive``, ``reply``, ``transform_batch``, ``group_inputs``) or through its
+    #: captured tensors. The batched step reads the others from the first run's component for every run of a
+    #: pack, so the runs of a pack agree on them (:mod:`fedaug.report.packing`). None by default.
+    pack_free: ClassVar[frozenset[str]] = frozenset()
 
     # --- client side -----------------------------------------------------------------------
     def setup(self, model: nn.Module, input_shape: tuple[int, ...]) -> None:

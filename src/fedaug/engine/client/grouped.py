@@ -126,13 +126,19 @@ def start_client(recipe: Recipe, ctx: ClientCtx, downlink: Message, state: Mappi
 
 def signature(s: Started) -> tuple[Any, ...]:
     """What the clients of one group share: the sizes of their batches, the shapes and dtypes of their
-    samples and targets, the names and shapes of their weights and buffers, their optimiser and momentum,
-    and for Adam (whose step takes one learning rate) their learning rate and weight decay."""
+    samples and targets, the names and shapes of their weights and buffers and of their components' captured
+    tensors, their optimiser and momentum, and for Adam (whose step takes one learning rate) their learning
+    rate and weight decay."""
     data = s.ctx.data
     rates = (s.ctx.lr, s.cfg.weight_decay) if s.cfg.optimizer != "sgd" else ()
     return (tuple(len(i) for i in s.steps), tuple(data.x.shape[1:]), data.x.dtype, tuple(data.y.shape[1:]),
-            data.y.dtype, tuple((k, tuple(t.shape)) for k, t in s.start.items()), s.cfg.optimizer, s.cfg.momentum,
-            *rates)
+            data.y.dtype, _layout(s.start), _layout(s.captured), s.cfg.optimizer, s.cfg.momentum, *rates)
+
+
+def _layout(state: State) -> tuple[Any, ...]:
+    """The names, shapes and dtypes of a nested dict of tensors (numbers: their type), in its order."""
+    return tuple((k, _layout(v) if isinstance(v, dict) else
+                  (tuple(v.shape), v.dtype) if isinstance(v, Tensor) else type(v)) for k, v in state.items())
 
 
 class StackedSGD(torch.optim.Optimizer):

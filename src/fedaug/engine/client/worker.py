@@ -27,7 +27,7 @@ from fedaug.engine.client.evaluate import evaluate_client
 from fedaug.engine.client.finetune import finetune_meters, with_finetuned
 from fedaug.engine.protocol import Reply
 from fedaug.engine.client.graphed import graphed_steps
-from fedaug.engine.client.grouped import train_group
+from fedaug.engine.client.grouped import Started, Trained, finish_client, start_client, train_stacked
 from fedaug.engine.client.training import LocalOptimizer, train_client
 from fedaug.engine.client.query import answer_query
 from fedaug.layers.attach import check_chains
@@ -122,20 +122,42 @@ class Worker:
 
     def train_group(self, r: int, lr: float,
                     jobs: Sequence[tuple[int, ClientData, Message, Mapping[str, State]]]) -> list[Reply]:
-        """Train a group of round ``r``'s clients at once (:func:`~fedaug.engine.client.grouped.train_group`;
-        one alone: :meth:`run`), each job ``(client id, data, message, state)`` checked and moved as
-        :meth:`run` does, an attacker's reply rewritten after.
+        """Train a group of round ``r``'s clients at once (:mod:`~fedaug.engine.client.grouped`; one alone:
+        :meth:`run`): :meth:`start_group`, the group's steps, :meth:`finish_group`.
 
         Raises:
             PayloadError: as :meth:`run`.
         """
         if len(jobs) == 1:
             return [self.run("train", jobs[0][0], r, lr, *jobs[0][1:])]
-        ctxs, messages, states, _ = zip(*(self._receive("train", cid, r, lr, client, message, state)
-                                          for cid, client, message, state in jobs))
+        started = self.start_group(r, lr, jobs)
         with self.math():
-            replies = train_group(self.recipe, ctxs, messages, states, self.cfg.train)
-        return [self.attack.reply("train", ctx.client_id, r, m, reply) for ctx, m, reply in zip(ctxs, messages, replies)]
+            trained = train_stacked([s for s, _ in started])
+        return self.finish_group(r, started, trained)
+
+    def start_group(self, r: int, lr: float, jobs: Sequence[tuple[int, ClientData, Message, Mapping[str, State]]]
+                    ) -> list[tuple[Started, Message]]:
+        """Each job ``(client id, data, message, state)`` of round ``r`` checked and moved as :meth:`run` does,
+        then started on this worker's model (:func:`~fedaug.engine.client.grouped.start_client`); with each, the
+        message it received (:meth:`finish_group` needs it).
+
+        Raises:
+            PayloadError: as :meth:`run`.
+        """
+        out = []
+        for cid, client, message, state in jobs:
+            ctx, moved, states, _ = self._receive("train", cid, r, lr, client, message, state)
+            with self.math():
+                out.append((start_client(self.recipe, ctx, moved, states, self.cfg.train), moved))
+        return out
+
+    def finish_group(self, r: int, started: Sequence[tuple[Started, Message]], trained: Sequence[Trained]
+                     ) -> list[Reply]:
+        """Each started client's reply from what its group's steps left (:func:`~fedaug.engine.client.grouped.finish_client`),
+        an attacker's reply rewritten after."""
+        with self.math():
+            replies = [finish_client(s, t) for (s, _), t in zip(started, trained)]
+        return [self.attack.reply("train", s.ctx.client_id, r, m, reply) for (s, m), reply in zip(started, replies)]
 
     def run(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
             state: Mapping[str, State]) -> Reply:

@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from fedaug.core.device import check_fits
 from fedaug.core.payload import Message
-from fedaug.data.base import FederatedData
+from fedaug.data.base import ClientData, FederatedData
 from fedaug.engine.client.grouped import group_size, plan_groups
 from fedaug.engine.client.training import batch_sizes
 from fedaug.engine.client.worker import Worker
 from fedaug.engine.fleet.base import StatesHere
 from fedaug.engine.protocol import Reply
-from fedaug.methods.component import Phase
+from fedaug.methods.component import Phase, State
 
 Order = Callable[[list[int]], list[int]]
+#: one client's training job: ``(client id, its data, its message, its per-client state)``
+Job = tuple[int, ClientData, Message, Mapping[str, State]]
+#: what trains a whole training phase instead of the worker's groups: ``(worker, round, lr, jobs) -> replies`` in
+#: the jobs' order (a pack's :meth:`~fedaug.engine.fleet.packed.PackSlot.train`: with other runs' clients)
+Trainer = Callable[[Worker, int, float, Sequence[Job]], list[Reply]]
 
 
 class InProcessFleet(StatesHere):
@@ -30,6 +35,8 @@ class InProcessFleet(StatesHere):
             (``data.on_device``); else it stays on the host (in pinned memory for a CUDA worker)
             and the worker copies a client's splits to the device when it runs it. On the CPU
             both are the same.
+        trainer: trains each training phase's clients (:data:`Trainer`: a pack's, with other runs' clients);
+            default: the worker, in groups of ``train.group_clients`` (or one at a time).
 
     Raises:
         ConfigError: ``on_device`` and the data's bytes exceed the device's free memory
@@ -37,9 +44,9 @@ class InProcessFleet(StatesHere):
     """
 
     def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
-                 on_device: bool = False) -> None:
+                 on_device: bool = False, trainer: Trainer | None = None) -> None:
         super().__init__()
-        self.worker, self.data = worker, data
+        self.worker, self.data, self.trainer = worker, data, trainer
         device = worker.device
         if on_device:
             check_fits(sum(c.nbytes for c in data.clients), device, "data.on_device=true (every client's splits)")
@@ -54,13 +61,17 @@ class InProcessFleet(StatesHere):
 
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:
+        if phase == "train" and self.trainer is not None:
+            ids = sorted(client_ids)
+            jobs = [(cid, self.clients[cid], message(cid), self.client_states.get(cid, {})) for cid in ids]
+            yield from self.delivered(phase, zip(ids, self.trainer(self.worker, r, lr, jobs)))
+            return
         if phase == "train" and self.group_size > 1:
             yield from self.delivered(phase, self._train_groups(r, lr, client_ids, message))
             return
         ids = self.order(list(client_ids)) if phase != "evaluate" else sorted(client_ids)
         yield from self.delivered(phase, ((cid, self.worker.run(phase, cid, r, lr, self.clients[cid], message(cid),
                                                                 self.client_states.get(cid, {}))) for cid in ids))
-
 
     def _train_groups(self, r: int, lr: float, client_ids: Sequence[int],
                       message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:

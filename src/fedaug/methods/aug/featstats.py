@@ -87,6 +87,9 @@ class FeatureStatsAug(Component, abc.ABC):
     """
 
     role = "augmentation"
+    #: what the client uploads and how the server combines it
+    pack_free: ClassVar[frozenset[str]] = frozenset({"share_noise", "share_noise_scale", "dp_clip", "dp_noise",
+                                                    "stats_rule", "stats_beta"})
     #: per-layer quantities the server sends (subclasses set them per instance).
     down_keys: tuple[str, ...] = ()
     #: per-layer quantities the client sends.

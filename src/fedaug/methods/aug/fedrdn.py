@@ -26,7 +26,7 @@ Protocol (the paper computes statistics "before the start of training"; here, wi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, get_args
+from typing import ClassVar, Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor, nn
@@ -149,6 +149,9 @@ class FedRDN(Component):
     """
 
     name = "fedrdn"
+    #: every option: the statistics it uploads and the normalisation made per client before each step
+    pack_free: ClassVar[frozenset[str]] = frozenset({"variant", "draw", "share_noise", "share_noise_scale", "dp_clip",
+                                                    "dp_noise", "stats_rule", "stats_beta"})
     phases = ("train", "evaluate")
 
     def __init__(self, *, variant: Variant = "random", draw: Draw = "image", share_noise: float = 0.0,

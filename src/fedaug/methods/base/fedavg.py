@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -127,6 +127,8 @@ class FedAvg(Component):
 
     name = "fedavg"
     role = "server"
+    #: aggregation (weighting, noise), which entries travel (bn) and the client's clipping of its reply
+    pack_free: ClassVar[frozenset[str]] = frozenset({"weighting", "bn", "clip_norm", "clip_at", "noise_multiplier"})
     phases = ("train", "query", "evaluate")
 
     def __init__(self, *, weighting: Weighting = "samples", bn: BnPolicy = "average", clip_norm: float = 0.0,

@@ -14,6 +14,7 @@ which none of these rules has.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -66,6 +67,7 @@ class TrimmedMean(FedAvg):
     """
 
     name = "trimmed_mean"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"beta"}  # the server's rule
 
     def __init__(self, *, beta: float = 0.1, bn: BnPolicy = "average", clip_norm: float = 0.0,
                  clip_at: ClipSite = "server") -> None:
@@ -102,6 +104,7 @@ class Krum(FedAvg):
     """
 
     name = "krum"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"f", "m"}  # the server's rule
 
     def __init__(self, *, f: int = 0, m: int = 1, weighting: Weighting = "uniform", bn: BnPolicy = "average",
                  clip_norm: float = 0.0, clip_at: ClipSite = "server") -> None:

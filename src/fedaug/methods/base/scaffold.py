@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +54,7 @@ class SCAFFOLD(FedAvg):
     """
 
     name = "scaffold"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"server_lr", "momentum_aware"}  # server, reply
 
     def __init__(self, *, server_lr: float = 1.0, momentum_aware: bool = True, weighting: Weighting = "samples",
                  bn: BnPolicy = "average") -> None:

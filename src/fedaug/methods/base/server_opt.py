@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -71,6 +72,7 @@ class FedAvgM(_ServerOptimizer):
     """
 
     name = "fedavgm"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"momentum", "server_lr"}  # the server's step
     buffers = ("momentum",)
 
     def __init__(self, *, momentum: float = 0.9, server_lr: float = 1.0, weighting: Weighting = "samples",
@@ -134,6 +136,7 @@ class FedAdam(_Adaptive):
     """
 
     name = "fedadam"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"server_lr", "beta1", "beta2", "tau"}  # the server's
 
     def second_moment(self, v: Tensor, delta2: Tensor) -> Tensor:
         return self.beta2 * v + (1 - self.beta2) * delta2
@@ -153,6 +156,7 @@ class FedYogi(_Adaptive):
     """
 
     name = "fedyogi"
+    pack_free: ClassVar[frozenset[str]] = FedAvg.pack_free | {"server_lr", "beta1", "beta2", "tau"}  # the server's
 
     def second_moment(self, v: Tensor, delta2: Tensor) -> Tensor:
         return v - (1 - self.beta2) * delta2 * torch.sign(v - delta2)
