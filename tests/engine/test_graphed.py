@@ -277,9 +277,6 @@ def test_a_step_that_draws_from_the_global_random_stream_is_refused_when_capture
                         r"or train\.cuda_graph = false"),
     ({"devices": ["cuda:0", "mps"]}, r"'train\.cuda_graph' = true captures CUDA graphs, got devices\[1\] = 'mps': "
                                      r"set devices\[1\] = 'cuda' or train\.cuda_graph = false"),
-    ({"train": {"group_clients": 4}}, r"'train\.cuda_graph' = true captures one client's steps at a time, but "
-                                      r"train\.group_clients = 4: set train\.group_clients = 1 or "
-                                      r"train\.cuda_graph = false"),
     ({"precision": "bf16-mixed"}, r"'train\.cuda_graph' = true trains in float32 only, got precision = "
                                   r"'bf16-mixed': set precision = '32' \(or 'tf32'\) or train\.cuda_graph = false"),
 ])

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedaug.config.schema import RunConfig, validate
-from fedaug.engine.fleet import packed as packed_module
+from fedaug.engine.client import worker as worker_module
 from fedaug.engine.fleet.packed import Pack
 from fedaug.engine.run import build_simulation
 from fedaug.engine.client.grouped import StackedSGD
@@ -107,14 +107,14 @@ def test_a_run_that_fails_leaves_its_pack_with_its_error_and_the_others_go_on():
 def test_a_group_whose_steps_raise_is_trained_run_by_run_and_only_the_run_that_raises_fails(monkeypatch):
     cfgs = [dataclasses.replace(config("fedfa", 1), seed=s) for s in (7, 8)]
     sims: list[Any] = []
-    original = packed_module.train_stacked
+    original = worker_module.train_stacked
 
     def raising(group):
         if any(s.ctx.model is sims[1].fleet.worker.model for s in group):
             raise RuntimeError("the second run's steps raise")
         return original(group)
 
-    monkeypatch.setattr(packed_module, "train_stacked", raising)
+    monkeypatch.setattr(worker_module, "train_stacked", raising)
 
     def body(slot, cfg):
         sim = build_simulation(cfg, trainer=slot.train)

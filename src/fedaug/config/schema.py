@@ -386,10 +386,6 @@ def _graph_problems(cfg: RunConfig) -> list[str]:
                                         if fits(cfg.devices, list[str]) else [])
     problems = [f"{setting} captures CUDA graphs, got {key} = {d!r}: set {key} = 'cuda' or {off}"
                 for key, d in named if d in ("cpu", "mps")]
-    g = cfg.train.group_clients
-    if fits(g, int) and g > 1:
-        problems.append(f"{setting} captures one client's steps at a time, but train.group_clients = {g}: set "
-                        f"train.group_clients = 1 or {off}")
     if cfg.precision not in FLOAT32:
         problems.append(_float32_only(setting, off, cfg.precision))
     return problems

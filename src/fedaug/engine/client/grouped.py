@@ -178,12 +178,16 @@ class StackedSGD(torch.optim.Optimizer):
                 p.addcmul_(d, lr.view(shape), value=-1.0)
 
 
+def group_rates(group: Sequence[Started]) -> list[tuple[float, float]]:
+    """The distinct ``(learning rate, weight decay)`` of a group's clients, in a fixed order."""
+    return sorted({(s.ctx.lr, s.cfg.weight_decay) for s in group})
+
+
 def group_optimizer(params: list[Tensor], group: Sequence[Started]) -> torch.optim.Optimizer:
     """The group's local optimiser: the run's own (:func:`~fedaug.engine.client.training.make_optimizer`) where
     every client has one learning rate and weight decay (a group of one run always), else :class:`StackedSGD`."""
-    rates = {(s.ctx.lr, s.cfg.weight_decay) for s in group}
     lead = group[0]
-    if len(rates) == 1:
+    if len(group_rates(group)) == 1:
         return make_optimizer(params, lead.cfg, lead.ctx.lr)
     device = params[0].device
     return StackedSGD(params, torch.tensor([s.ctx.lr for s in group], device=device),
@@ -233,18 +237,24 @@ def train_stacked(group: Sequence[Started]) -> list[Trained]:
 
 def _metrics(totals: list[Tensor], logged: list[dict[str, Tensor]], size: int,
              device: torch.device) -> list[dict[str, float]]:
-    """Each client's training metrics (those of :func:`~fedaug.engine.client.training.train_metrics`) from the
-    steps' ``(G,)`` totals and loss terms, summed in step order and read with one synchronisation."""
+    """Each client's training metrics from the steps' ``(G,)`` totals and loss terms, summed in step order
+    (:func:`metrics_of`)."""
     total_sum = torch.zeros(size, device=device)
     sums: dict[str, Any] = {}
     for total, terms in zip(totals, logged):
         total_sum += total
         for k, v in terms.items():
             sums[k] = sums.get(k, 0.0) + v
+    return metrics_of(total_sum, sums, len(totals))
+
+
+def metrics_of(total_sum: Tensor, sums: Mapping[str, Tensor], num_steps: int) -> list[dict[str, float]]:
+    """Each client's training metrics (those of :func:`~fedaug.engine.client.training.train_metrics`) from the sums
+    of its steps' total losses ``(G,)`` and loss terms ``{term: (G,)}``, read with one synchronisation."""
     values = host_values({"loss": total_sum, **{f"term/{k}": v for k, v in sums.items()}})
-    n = max(len(totals), 1)
-    return [{"loss": values["loss"][i] / n, "steps": len(totals), **{k: values[f"term/{k}"][i] / n for k in sums}}
-            for i in range(size)]
+    n = max(num_steps, 1)
+    return [{"loss": values["loss"][i] / n, "steps": num_steps, **{k: values[f"term/{k}"][i] / n for k in sums}}
+            for i in range(total_sum.shape[0])]
 
 
 def finish_client(s: Started, trained: Trained) -> Reply:

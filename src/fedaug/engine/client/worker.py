@@ -27,6 +27,7 @@ from fedaug.engine.client.evaluate import evaluate_client
 from fedaug.engine.client.finetune import finetune_meters, with_finetuned
 from fedaug.engine.protocol import Reply
 from fedaug.engine.client.graphed import graphed_steps
+from fedaug.engine.client.grouped_graphs import GroupGraphs
 from fedaug.engine.client.grouped import Started, Trained, finish_client, start_client, train_stacked
 from fedaug.engine.client.training import LocalOptimizer, train_client
 from fedaug.engine.client.query import answer_query
@@ -102,6 +103,8 @@ class Worker:
         self.optimizers = LocalOptimizer(cfg.train)
         #: the captured local steps (train.cuda_graph), or None: eager steps
         self.graphs = graphed_steps(cfg.train, recipe, model)
+        #: a group's captured steps (train.cuda_graph with train.group_clients > 1, or in a pack), or None
+        self.group_graphs = GroupGraphs(self.graphs.capture) if self.graphs is not None else None
 
     def _receive(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
                  state: Mapping[str, State]) -> tuple[ClientCtx, Message, dict[str, State], ClientData]:
@@ -131,9 +134,15 @@ class Worker:
         if len(jobs) == 1:
             return [self.run("train", jobs[0][0], r, lr, *jobs[0][1:])]
         started = self.start_group(r, lr, jobs)
+        return self.finish_group(r, started, self.train_started([s for s, _ in started]))
+
+    def train_started(self, group: Sequence[Started]) -> list[Trained]:
+        """The steps of a group of started clients (this worker's, or a pack's with other runs' clients) at this
+        worker's float32 precision: replayed from captured graphs where the run captures
+        (:class:`~fedaug.engine.client.grouped_graphs.GroupGraphs`), else batched eagerly
+        (:func:`~fedaug.engine.client.grouped.train_stacked`)."""
         with self.math():
-            trained = train_stacked([s for s, _ in started])
-        return self.finish_group(r, started, trained)
+            return self.group_graphs.train(group) if self.group_graphs is not None else train_stacked(group)
 
     def start_group(self, r: int, lr: float, jobs: Sequence[tuple[int, ClientData, Message, Mapping[str, State]]]
                     ) -> list[tuple[Started, Message]]:

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from fedaug.engine.client.grouped import Started, Trained, plan_groups, signature, train_stacked
+from fedaug.engine.client.grouped import Started, Trained, plan_groups, signature
 from fedaug.engine.client.worker import Worker
 from fedaug.engine.fleet.inprocess import Job
 from fedaug.engine.protocol import Reply
@@ -162,16 +162,16 @@ class Pack(Generic[T]):
 
     def _train_group(self, keys: list[Key], started: dict[Key, Started], workers: dict[int, Worker],
                      trained: dict[Key, Trained], failed: dict[int, BaseException]) -> None:
-        """One group's batched steps (under its first run's float32 precision); a group that raises is trained
-        run by run, a run alone that raises fails, a CUDA group out of memory is split in halves."""
+        """One group's batched steps (by its first run's worker: :meth:`~fedaug.engine.client.worker.Worker.train_started`);
+        a group that raises is trained run by run, a run alone that raises fails, a CUDA group out of memory is
+        split in halves."""
         if not keys:
             return
         group = [started[k] for k in keys]
         streams = [s.ctx.stream_states() for s in group]
         runs = sorted({k[0] for k in keys})
         try:
-            with workers[keys[0][0]].math():
-                trained.update(zip(keys, train_stacked(group)))
+            trained.update(zip(keys, workers[keys[0][0]].train_started(group)))
             return
         except torch.cuda.OutOfMemoryError:
             if len(keys) == 1:
