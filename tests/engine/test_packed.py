@@ -125,3 +125,20 @@ def test_a_group_whose_steps_raise_is_trained_run_by_run_and_only_the_run_that_r
     assert isinstance(got[1], RuntimeError)
     # the first run trained alone from its streams as they were: what it computes grouped on its own
     assert_close_trees(got[0], records(build_simulation(with_train(cfgs[0], group_clients=4)), 3), {"rtol": 0, "atol": 0})
+
+
+def test_server_rules_and_input_augmentations_share_one_batched_group(monkeypatch):
+    """FedAvg, FedAvgM, FedBN and FedAvg + FedRDN take no part in the step's loss beyond the task's (their
+    differences are on the server, in what a client receives and keeps, and in the input made per client): one
+    pack, every round's 16 clients in one group, each run what it computes alone."""
+    sizes: list[int] = []
+    original = worker_module.train_stacked
+    monkeypatch.setattr(worker_module, "train_stacked", lambda group: sizes.append(len(group)) or original(group))
+    base = config("fedavg", 1).to_dict()
+    methods = [{"base": "fedavg"}, {"base": "fedavgm"}, {"base": "fedbn"}, {"base": "fedavg", "augs": ["fedrdn"]}]
+    cfgs = [validate({**base, "method": m}) for m in methods]
+    got = packed_records(cfgs)
+    assert sizes == [16, 16, 16]
+    monkeypatch.undo()
+    for cfg, run in zip(cfgs, got):
+        assert_close_trees(run, records(build_simulation(cfg), 3), METHODS["fedavg"][3])

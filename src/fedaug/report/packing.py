@@ -1,15 +1,18 @@
 """Which cells of a grid train as one pack (``fedaug compare --pack``, issue 62), and why the others do not.
 
-Cells pack when their clients' steps have one shape: the same model and options, the same method (base,
-augmentations, and every option the batched step reads: a component's :attr:`~fedaug.methods.component.Component.pack_free`
-options may differ), the same device, precision, determinism, thread count, plug-in imports and CUDA-graph
-switch, each on one worker in the grid's process. Everything else may differ between the cells of a pack: the
-seed (and so the data's draws, the initial weights and every random stream), the data and its options, the
-rounds, the local training schedule (learning rate and its schedule, weight decay, batch size, local epochs
-or steps; clients whose batch schedules or optimisers differ train in separate groups of the pack), the
-evaluation, the trust and attack settings, checkpoints and tracking. A method whose client hooks have no step
-form (:func:`~fedaug.engine.client.step.step_blocker`) or a model with dropout cannot pack (the reason is
-given), nor can a cell whose key no other cell shares.
+Cells pack when their clients' steps have one shape: the same model and options, the same components taking part
+in the step's loss and update (:func:`~fedaug.engine.client.step.in_step`: FedProx's proximal term, FFA's layers,
+FLea's split forward, SCAFFOLD's correction; with equal options, apart from a component's
+:attr:`~fedaug.methods.component.Component.pack_free` ones), the same device, precision, determinism, thread count,
+plug-in imports and CUDA-graph switch, each on one worker in the grid's process. Everything else may differ
+between the cells of a pack: the server rule where it only sends and receives weights (FedAvg, FedAvgM, FedBN,
+FedAdam and the robust rules pack together), input-level augmentations made per client before the step (FedRDN),
+the seed (and so the data's draws, the initial weights and every random stream), the data and its options, the
+rounds, the local training schedule (learning rate and its schedule, weight decay, batch size, local epochs or
+steps; clients whose batch schedules or optimisers differ train in separate groups of the pack), the evaluation,
+the trust and attack settings, checkpoints and tracking. A method whose client hooks have no step form
+(:func:`~fedaug.engine.client.step.step_blocker`) or a model with dropout cannot pack (the reason is given), nor
+can a cell whose key no other cell shares.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from torch import nn
 
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import FedaugError
-from fedaug.engine.client.step import step_blocker
+from fedaug.engine.client.step import in_step, step_blocker
 from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
 from fedaug.models.registry import build_model
@@ -68,10 +71,11 @@ def step_key(cfg: RunConfig) -> tuple[str, str]:
         why.append(f"the model '{cfg.model.name}' (its dropout draws from the global random stream)")
     if why:
         return "", "its clients cannot train grouped: " + "; ".join(why)
-    options = {c.name: {k: v for k, v in cfg.method.options.get(c.name, {}).items() if k not in c.pack_free}
-               for c in recipe.components}
-    shared = {k: getattr(cfg, k) for k in SHARED}
-    key = {"model": [cfg.model.name, cfg.model.options], "method": [cfg.method.base, list(cfg.method.augs), options], "cuda_graph": cfg.train.cuda_graph, **shared}
+    step = [[type(c).__module__, type(c).__qualname__, {k: v for k, v in cfg.method.options.get(c.name, {}).items()
+                                                         if k not in c.pack_free}]
+            for c in recipe.components if in_step(c)]
+    key = {"model": [cfg.model.name, cfg.model.options], "step": step, "cuda_graph": cfg.train.cuda_graph,
+           **{k: getattr(cfg, k) for k in SHARED}}
     return json.dumps(key, sort_keys=True, default=repr), ""
 
 

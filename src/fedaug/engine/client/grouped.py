@@ -105,6 +105,16 @@ class Started:
     captured: State
     cfg: TrainConfig
 
+    @property
+    def in_step(self) -> State:
+        """The captured tensors of the components that take part in the step (the batched step's; a server rule's
+        are not, and stay the client's own)."""
+        return {k: v for k, v in self.captured.items() if k in self.plan.in_step}
+
+    def after(self, in_step: State) -> State:
+        """Its captured tensors as the steps left them: ``in_step``'s, and the others' as they were."""
+        return {**{k: v for k, v in self.captured.items() if k not in self.plan.in_step}, **in_step}
+
 
 def start_client(recipe: Recipe, ctx: ClientCtx, downlink: Message, state: Mapping[str, State],
                  cfg: TrainConfig) -> Started:
@@ -127,12 +137,12 @@ def start_client(recipe: Recipe, ctx: ClientCtx, downlink: Message, state: Mappi
 def signature(s: Started) -> tuple[Any, ...]:
     """What the clients of one group share: the sizes of their batches, the shapes and dtypes of their
     samples and targets, the names and shapes of their weights and buffers and of their components' captured
-    tensors, their optimiser and momentum, and for Adam (whose step takes one learning rate) their learning
+    tensors in the step (:attr:`Started.in_step`), their optimiser and momentum, and for Adam (whose step takes one learning rate) their learning
     rate and weight decay."""
     data = s.ctx.data
     rates = (s.ctx.lr, s.cfg.weight_decay) if s.cfg.optimizer != "sgd" else ()
     return (tuple(len(i) for i in s.steps), tuple(data.x.shape[1:]), data.x.dtype, tuple(data.y.shape[1:]),
-            data.y.dtype, _layout(s.start), _layout(s.captured), s.cfg.optimizer, s.cfg.momentum, *rates)
+            data.y.dtype, _layout(s.start), _layout(s.in_step), s.cfg.optimizer, s.cfg.momentum, *rates)
 
 
 def _layout(state: State) -> tuple[Any, ...]:
@@ -217,7 +227,7 @@ def train_stacked(group: Sequence[Started]) -> list[Trained]:
     model, plan = lead.ctx.model, lead.plan
     stacked = stack_states([s.start for s in group])
     params = {k: stacked.pop(k).requires_grad_() for k, p in model.named_parameters() if p.requires_grad}
-    captured = stack_states([s.captured for s in group])
+    captured = stack_states([s.in_step for s in group])
     model.train()
     optimizer = group_optimizer(list(params.values()), group)
     batched = vmap(plan.loss(), randomness="error")
@@ -231,8 +241,8 @@ def train_stacked(group: Sequence[Started]) -> list[Trained]:
         logged.append(terms)
     metrics = _metrics(totals, logged, len(group), lead.ctx.device)
     entries = {**params, **stacked}
-    return [Trained({k: t[i].detach() for k, t in entries.items()}, state_slice(captured, i), metrics[i])
-            for i in range(len(group))]
+    return [Trained({k: t[i].detach() for k, t in entries.items()}, s.after(state_slice(captured, i)), metrics[i])
+            for i, s in enumerate(group)]
 
 
 def _metrics(totals: list[Tensor], logged: list[dict[str, Tensor]], size: int,

@@ -105,7 +105,7 @@ class GroupGraphs:
         metrics = metrics_of(layout.total, layout.sums, n)
         entries = {**layout.params, **layout.consts}
         return [Trained({k: t[i].detach().clone() for k, t in entries.items()},
-                        _cloned(state_slice(layout.captured, i)), metrics[i]) for i in range(len(group))]
+                        s.after(_cloned(state_slice(layout.captured, i))), metrics[i]) for i, s in enumerate(group)]
 
     def _layout(self, key: LayoutKey, group: Sequence[Started]) -> _Layout:
         """New static tensors for ``key``'s groups, from ``group`` (the first of them)."""
@@ -116,7 +116,7 @@ class GroupGraphs:
         optimizer = group_optimizer(list(params.values()), group)
         rates = (optimizer.param_groups[0]["lr"], optimizer.param_groups[0]["weight_decay"]) \
             if isinstance(optimizer.param_groups[0]["lr"], Tensor) else None
-        layout = _Layout(params, stacked, stack_states([s.captured for s in group]), optimizer, rates,
+        layout = _Layout(params, stacked, stack_states([s.in_step for s in group]), optimizer, rates,
                          vmap(lead.plan.loss(), randomness="error"), torch.zeros(len(group), device=lead.ctx.device))
         self.layouts[key] = layout
         return layout
@@ -125,7 +125,7 @@ class GroupGraphs:
         """The group's starting weights, captured tensors and rates into the static ones; a fresh optimiser and
         zero sums."""
         starts = stack_states([s.start for s in group])
-        captured = stack_states([s.captured for s in group])
+        captured = stack_states([s.in_step for s in group])
         with torch.no_grad():
             torch._foreach_copy_([*layout.params.values(), *layout.consts.values()],
                                  [starts[k] for k in (*layout.params, *layout.consts)])

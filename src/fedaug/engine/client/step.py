@@ -52,6 +52,12 @@ STEP_FORMS: dict[str, str | None] = {
     "task_loss": None, "step": None,
 }
 
+#: the hooks through which a component takes part in a step's loss or update (the batched part of grouped steps):
+#: the rest of its client hooks run per client, around the step (``receive``, ``reply``, ``transform_batch``,
+#: ``group_inputs``, ``group_capture``, ``group_restore``)
+STEP_HOOKS = ("forward", "task_loss", "loss_terms", "before_step", "step", "group_forward", "group_replace_forward",
+              "group_loss_terms", "group_before_step")
+
 #: one client's loss: ``(params, consts, captured, inputs, x, y) -> (total, {term: value})``
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
@@ -75,6 +81,12 @@ def step_blocker(c: Component) -> str:
     missing = [hook for hook, form in STEP_FORMS.items() if overrides(c, hook) and form != "" and (
         form is None or not (issubclass(_owner(cls, form), _owner(cls, hook)) or issubclass(vouched, _owner(cls, hook))))]
     return f"it overrides {', '.join(missing)} without a step form" if missing else ""
+
+
+def in_step(c: Component) -> bool:
+    """Whether ``c`` takes part in a step's loss or update (it overrides one of :data:`STEP_HOOKS`): a server
+    rule that only sends and receives weights does not."""
+    return any(overrides(c, hook) for hook in STEP_HOOKS)
 
 
 def step_blockers(recipe: Recipe, model: nn.Module, blocker: Callable[[Component], str] = step_blocker) -> list[str]:
@@ -122,6 +134,8 @@ class StepPlan:
         train = recipe.participants("train")
         #: the components whose per-client tensors the step reads (``group_capture``), in recipe order
         self.stateful = tuple(c for c in train if overrides(c, "group_capture"))
+        #: the names of the components that take part in the step's loss or update (:func:`in_step`)
+        self.in_step = frozenset(c.name for c in recipe.components if in_step(c))
         self.transforms = recipe.per_batch["transform_batch"]
         self.drawers = tuple(c for c in train if overrides(c, "group_inputs"))
         self.forwarders = tuple(c for c in train if overrides(c, "group_forward"))
