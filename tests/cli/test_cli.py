@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from fedaug.cli.main import main
+from fedaug.cli.main import CLOSED_PIPE, build_parser, main
 from fedaug.cli.run_cmd import finish
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import validate
@@ -42,6 +45,47 @@ def test_every_subcommand_has_help(sub, capsys):
     with pytest.raises(SystemExit) as info:
         main([sub, "--help"])
     assert info.value.code == 0 and "usage: fedaug " + sub in capsys.readouterr().out
+
+
+def through_a_closed_pipe(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m fedaug ARGS`` writing to a pipe whose reader is gone before it starts (``fedaug ... | head -1``
+    once ``head`` has its line): its first write to stdout meets the closed pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "fedaug", *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=600)
+    finally:
+        os.close(write)
+
+
+def quiet_end(out: subprocess.CompletedProcess[str], statuses: tuple[int, ...] = (CLOSED_PIPE,)) -> None:
+    """The command ended as a shell tool killed by SIGPIPE does (status 141: it wrote to the closed pipe), or as
+    one whose failed write was let go (0), and said nothing about it on stderr."""
+    assert out.returncode in statuses, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr and "Exception ignored" not in out.stderr
+
+
+SUBCOMMAND_NAMES = sorted(next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], *([name, "--help"] for name in SUBCOMMAND_NAMES)],
+                         ids=" ".join)
+def test_every_command_s_help_ends_quietly_on_a_closed_pipe(args):
+    """argparse lets a failed write of a long help go (0); a short text fails at the last flush (141)."""
+    assert CLOSED_PIPE == 141
+    quiet_end(through_a_closed_pipe(args), (0, CLOSED_PIPE))
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "keys"], ["list", "methods", "fedfa"], ["env"]], ids=" ".join)
+def test_listing_commands_end_quietly_on_a_closed_pipe(args):
+    quiet_end(through_a_closed_pipe(args))
+
+
+def test_a_run_ends_quietly_on_a_closed_pipe_after_writing_its_run(tmp_path):
+    quiet_end(through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=1)), "-q"]))
+    (run,) = (tmp_path / "runs").iterdir()
+    assert json.loads(Path(run, "summary.json").read_text())["rounds"] == 1  # the table is printed last
 
 
 def test_list_shows_registries_with_one_line_each(capsys):
