@@ -47,14 +47,14 @@ def test_every_subcommand_has_help(sub, capsys):
     assert info.value.code == 0 and "usage: fedaug " + sub in capsys.readouterr().out
 
 
-def through_a_closed_pipe(args: list[str]) -> subprocess.CompletedProcess[str]:
-    """``python -m fedaug ARGS`` writing to a pipe whose reader is gone before it starts (``fedaug ... | head -1``
-    once ``head`` has its line): its first write to stdout meets the closed pipe."""
+def through_a_closed_pipe(args: list[str], stream: str = "stdout") -> subprocess.CompletedProcess[str]:
+    """``python -m fedaug ARGS`` with ``stream`` a pipe whose reader is gone before it starts (``fedaug ... | head -1``
+    once ``head`` has its line; the other stream captured): its first write there meets the closed pipe."""
     read, write = os.pipe()
     os.close(read)
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: write}
     try:
-        return subprocess.run([sys.executable, "-m", "fedaug", *args], stdout=write, stderr=subprocess.PIPE,
-                              text=True, timeout=600)
+        return subprocess.run([sys.executable, "-m", "fedaug", *args], text=True, timeout=600, **streams)
     finally:
         os.close(write)
 
@@ -86,6 +86,15 @@ def test_a_run_ends_quietly_on_a_closed_pipe_after_writing_its_run(tmp_path):
     quiet_end(through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=1)), "-q"]))
     (run,) = (tmp_path / "runs").iterdir()
     assert json.loads(Path(run, "summary.json").read_text())["rounds"] == 1  # the table is printed last
+
+
+def test_a_run_whose_progress_pipe_closes_stops_quietly_and_resume_finishes_it(tmp_path, capsys):
+    out = through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=3))], stream="stderr")
+    assert (out.returncode, out.stdout) == (CLOSED_PIPE, "")  # stopped at its first progress line, no table
+    (run,) = (tmp_path / "runs").iterdir()
+    assert not (run / "summary.json").exists()
+    assert main(["resume", str(run), "-q", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rounds"] == 3
 
 
 def test_list_shows_registries_with_one_line_each(capsys):
