@@ -39,12 +39,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     its output went away: ``fedaug list | head -1``)."""
     try:
         try:
-            return _command(argv)
-        finally:  # what is still buffered meets a closed pipe here, not in the interpreter's last flush
-            sys.stdout.flush()
-            sys.stderr.flush()
+            code = _command(argv)
+        except SystemExit:  # argparse's help, version and usage errors
+            _flush()
+            raise
+        _flush()
+        return code
     except BrokenPipeError:
         return _closed_pipe()
+
+
+def _flush() -> None:
+    """Write what stdout and stderr still buffer, so that a closed pipe shows here (where :func:`main` ends
+    quietly), not in the interpreter's last flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 #: the exit status of a command whose output pipe closed: 128 + SIGPIPE, as a shell reports a tool killed by it
