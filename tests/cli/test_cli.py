@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,6 +122,35 @@ def test_run_prints_table_and_run_dir_then_resume_reports_the_same(tmp_path, cap
     assert "'device' must be auto, cpu, cuda, cuda:N or mps, got 'mps:3'" in capsys.readouterr().err
     assert main(["resume", run_dir, "-q", "--fleet", "ray", "--device", "cuda"]) == 2  # --fleet reaches it too
     assert "device = 'cuda' with fleet = 'ray' needs ray.num_gpus > 0" in capsys.readouterr().err
+
+
+def test_resume_with_a_time_limit_exits_75_until_the_same_command_finishes_the_run(tmp_path, capsys, monkeypatch):
+    """The clock's readings (tests/report/conftest.py's TickClock), from the one that sets the limit (12 s: less the
+    10 s reserve, the deadline is 2 s after it): +1 the reserve, +2 the watch, +3 the end of the invocation's first
+    round, whose next round would end past the deadline: it stops there, checkpointed. A resume trains one round
+    at least; the last round is not asked about."""
+    from fedaug.core.errors import RunStopped
+    from fedaug.engine.run import run_experiment
+    from fedaug.report import deadline
+    from tests.engine.test_resume import comparable, summary_numbers
+    from tests.report.conftest import TickClock
+
+    raw = tiny_raw(rounds=4)
+    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=3)
+    _, full = run_experiment(validate(raw), quiet=True)
+    raw["out_dir"] = str(tmp_path / "part")
+    with pytest.raises(RunStopped) as info:
+        run_experiment(validate(raw), quiet=True, stop=lambda r: r == 1)
+    run_dir = info.value.run_dir
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(time=TickClock()))
+    args = ["resume", run_dir, "-q", "--time-limit", "12s"]
+    assert [main(args) for _ in range(3)] == [75, 75, 0]
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"fedaug resume: stopped at the time limit (--time-limit 12s) after round {r} of 4, its checkpoint saved. "
+        f"Exit status 75: continue with the same command: fedaug resume {run_dir} -q --time-limit 12s" for r in (2, 3)]
+    assert comparable(run_dir) == comparable(full.path)
+    assert summary_numbers(Path(run_dir)) == summary_numbers(full.path)
 
 
 def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, capsys):

@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 2 a user error with its message on stderr, 141 the reader of
-    its output went away: ``fedaug list | head -1``)."""
+    """Run the CLI; returns the exit code (0 ok, 2 a user error with its message on stderr, 75 stopped at a
+    ``--time-limit``: :data:`~fedaug.report.deadline.STOPPED_STATUS`, 141 the reader of its output went away:
+    ``fedaug list | head -1``)."""
     try:
         try:
             code = _command(argv)
@@ -87,6 +88,7 @@ def _command(argv: Sequence[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # the command, to say how to run it again
     if os.environ.get(RETIRED_ENV):
         print(f"fedaug: warning: {RETIRED_ENV} is no longer read and changes nothing; the FFA layers' path is "
               "the config option method.options.fedfa.kernel (or vfda.kernel): \"off\" (default) or \"on\"",
