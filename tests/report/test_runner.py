@@ -294,6 +294,26 @@ def test_a_cell_whose_first_round_would_pass_the_time_limit_is_not_started(tmp_p
     assert not (tmp_path / "g" / "default" / "fedavg-lr-0.2" / "seed0").exists()  # not started: nothing written
 
 
+def test_past_the_limit_no_cell_starts_and_each_is_told_as_it_stands(tiny_grid, tmp_path):
+    """The deadline less its reserve is already past (readings 1, 2: 5 - 10 < 2): nothing trains or is written;
+    finished cells are "done before", an interrupted one is "not started" at its newest checkpoint."""
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    run = find_run(out / "default" / "fedavg" / "seed1")
+    (run / SUMMARY).unlink()
+    (run / "checkpoints" / "round_000003.pt").unlink()
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    outcomes = run_grid(tiny_spec(), out, deadline=5.0, clock=TickClock())
+    assert [(o.cell.label, o.status, o.round, o.detail()) for o in outcomes] == [
+        ("default | FedAvg | seed 0", "done before", None, ""),
+        ("default | FedAvg lr 0.2 | seed 0", "done before", None, ""),
+        ("default | FedAvg | seed 1", "not started", 2, " (saved at round 2 of 3)"),
+        ("default | FedAvg lr 0.2 | seed 1", "done before", None, "")]
+    assert outcomes[2].run_dir == str(run)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != GRID_FILE} == {
+        p: t for p, t in before.items() if p.name != GRID_FILE}
+
+
 @two_cores
 def test_a_time_limited_grid_in_worker_processes_continues_to_the_uninterrupted_records(tiny_grid, tmp_path):
     """Both cells start (readings 1-3 in this process: the reserve, two starts, all before 13 - 10 = 3); each worker
