@@ -9,13 +9,14 @@ import subprocess
 import sys
 import typing
 import warnings
+from collections import defaultdict
 
 import pytest
 
 from fedaug.cli import catalog
 from fedaug.cli.main import main
 from fedaug.core.errors import ConfigError
-from fedaug.core.options import option_types
+from fedaug.core.options import first_sentence, option_types
 from fedaug.core.typecheck import choices
 from fedaug.data.registry import COMMON_OPTIONS, DATASETS, check_options
 from fedaug.methods.aug.fedfa import FedFA
@@ -46,6 +47,26 @@ def test_list_methods_fedfa_is_what_the_validator_accepts(capsys):
     assert options["p"]["help"] == "probability of augmenting at each layer per forward pass (paper 0.5)."
     with pytest.raises(ConfigError, match=r"method 'fedfa' has no option 'pp' \(did you mean 'p'\?\)"):
         check_options("method", "fedfa", FedFA.__init__, {"pp": 0.5})
+
+
+def test_no_two_options_of_a_method_dataset_or_model_share_a_help_text():
+    """Every option has a help of its own, as ``fedaug list`` shows it (the first sentence). A docstring entry
+    ``a, b: text`` gave two options one text (issue 61: fedfa's share_noise_scale, dp_noise and stats_beta
+    showed the text of the option above them); fedaug has no option aliases, the one reason to share one."""
+    built = catalog.build(builtin_only=True)
+    shared = {}
+    for kind in catalog.KINDS:
+        for name, entry in built[kind].items():
+            by_text = defaultdict(list)
+            for option, o in entry["options"].items():
+                by_text[first_sentence(o["help"])].append(option)
+            shared.update({f"{kind} {name}: {', '.join(opts)}": text for text, opts in by_text.items()
+                           if len(opts) > 1 or not text})
+    assert shared == {}
+    fedfa = built["methods"]["fedfa"]["options"]
+    assert fedfa["stats_beta"]["help"].startswith('beta of stats_rule="trimmed_mean", the fraction of the clients '
+                                                  "trimmed at each end")
+    assert built["methods"]["scaffold"]["options"]["bn"] == built["methods"]["fedavg"]["options"]["bn"]
 
 
 def test_every_choice_a_method_lists_builds_and_nothing_else_does():

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from fedaug.cli.main import main
+from fedaug.cli.main import CLOSED_PIPE, build_parser, main
 from fedaug.cli.run_cmd import finish
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import validate
@@ -44,6 +48,56 @@ def test_every_subcommand_has_help(sub, capsys):
     assert info.value.code == 0 and "usage: fedaug " + sub in capsys.readouterr().out
 
 
+def through_a_closed_pipe(args: list[str], stream: str = "stdout") -> subprocess.CompletedProcess[str]:
+    """``python -m fedaug ARGS`` with ``stream`` a pipe whose reader is gone before it starts (``fedaug ... | head -1``
+    once ``head`` has its line; the other stream captured): its first write there meets the closed pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: write}
+    try:
+        return subprocess.run([sys.executable, "-m", "fedaug", *args], text=True, timeout=600, **streams)
+    finally:
+        os.close(write)
+
+
+def quiet_end(out: subprocess.CompletedProcess[str], statuses: tuple[int, ...] = (CLOSED_PIPE,)) -> None:
+    """The command ended as a shell tool killed by SIGPIPE does (status 141: it wrote to the closed pipe), or as
+    one whose failed write was let go (0), and said nothing about it on stderr."""
+    assert out.returncode in statuses, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr and "Exception ignored" not in out.stderr
+
+
+SUBCOMMAND_NAMES = sorted(next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], *([name, "--help"] for name in SUBCOMMAND_NAMES)],
+                         ids=" ".join)
+def test_every_command_s_help_ends_quietly_on_a_closed_pipe(args):
+    """argparse lets a failed write of a long help go (0); a short text fails at the last flush (141)."""
+    assert CLOSED_PIPE == 141
+    quiet_end(through_a_closed_pipe(args), (0, CLOSED_PIPE))
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "keys"], ["list", "methods", "fedfa"], ["env"]], ids=" ".join)
+def test_listing_commands_end_quietly_on_a_closed_pipe(args):
+    quiet_end(through_a_closed_pipe(args))
+
+
+def test_a_run_ends_quietly_on_a_closed_pipe_after_writing_its_run(tmp_path):
+    quiet_end(through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=1)), "-q"]))
+    (run,) = (tmp_path / "runs").iterdir()
+    assert json.loads(Path(run, "summary.json").read_text())["rounds"] == 1  # the table is printed last
+
+
+def test_a_run_whose_progress_pipe_closes_stops_quietly_and_resume_finishes_it(tmp_path, capsys):
+    out = through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=3))], stream="stderr")
+    assert (out.returncode, out.stdout) == (CLOSED_PIPE, "")  # stopped at its first progress line, no table
+    (run,) = (tmp_path / "runs").iterdir()
+    assert not (run / "summary.json").exists()
+    assert main(["resume", str(run), "-q", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rounds"] == 3
+
+
 def test_list_shows_registries_with_one_line_each(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -68,6 +122,35 @@ def test_run_prints_table_and_run_dir_then_resume_reports_the_same(tmp_path, cap
     assert "'device' must be auto, cpu, cuda, cuda:N or mps, got 'mps:3'" in capsys.readouterr().err
     assert main(["resume", run_dir, "-q", "--fleet", "ray", "--device", "cuda"]) == 2  # --fleet reaches it too
     assert "device = 'cuda' with fleet = 'ray' needs ray.num_gpus > 0" in capsys.readouterr().err
+
+
+def test_resume_with_a_time_limit_exits_75_until_the_same_command_finishes_the_run(tmp_path, capsys, monkeypatch):
+    """The clock's readings (tests/report/conftest.py's TickClock), from the one that sets the limit (12 s: less the
+    10 s reserve, the deadline is 2 s after it): +1 the reserve, +2 the watch, +3 the end of the invocation's first
+    round, whose next round would end past the deadline: it stops there, checkpointed. A resume trains one round
+    at least; the last round is not asked about."""
+    from fedaug.core.errors import RunStopped
+    from fedaug.engine.run import run_experiment
+    from fedaug.report import deadline
+    from tests.engine.test_resume import comparable, summary_numbers
+    from tests.report.conftest import TickClock
+
+    raw = tiny_raw(rounds=4)
+    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=3)
+    _, full = run_experiment(validate(raw), quiet=True)
+    raw["out_dir"] = str(tmp_path / "part")
+    with pytest.raises(RunStopped) as info:
+        run_experiment(validate(raw), quiet=True, stop=lambda r: r == 1)
+    run_dir = info.value.run_dir
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(time=TickClock()))
+    args = ["resume", run_dir, "-q", "--time-limit", "12s"]
+    assert [main(args) for _ in range(3)] == [75, 75, 0]
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"fedaug resume: stopped at the time limit (--time-limit 12s) after round {r} of 4, its checkpoint saved. "
+        f"Exit status 75: continue with the same command: fedaug resume {run_dir} -q --time-limit 12s" for r in (2, 3)]
+    assert comparable(run_dir) == comparable(full.path)
+    assert summary_numbers(Path(run_dir)) == summary_numbers(full.path)
 
 
 def test_overrides_only_use_the_default_preset_and_bad_key_exits_2(tmp_path, capsys):

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from fedaug.cli.main import main
+from fedaug.report import deadline
 from fedaug.report.grid import load_grid, parse_grid
-from tests.report.conftest import tiny_grid_raw
+from fedaug.report.table import write_tables
+from tests.report.conftest import TickClock, records_by_cell, tiny_grid_raw
+from tests.report.test_runner import strip, summaries
 
 TINY = ["data.name=synthetic", "data.options={num_clients=3, samples_per_client=32, num_classes=4, size=8}",
         "model.options.width=8", "train.rounds=2", "train.local_steps=1", "train.batch_size=16", "threads=1"]
@@ -105,6 +114,12 @@ def test_table_only_runs_nothing(tmp_path, capsys):
      "--only-methods: 'FedAvg lr 0.3' is not a method of grid 'tiny'; choose from 'FedAvg', 'FedAvg lr 0.2'"),
     (["compare", "GRID", "--only-settings", "half"], "--only-settings: 'half' is not a setting of grid 'tiny'"),
     (["compare", "--method", "A", "--only-methods", "A"], "--only-methods and --only-settings pick from a grid file"),
+    (["compare", "GRID", "--time-limit", "9x"], "--time-limit '9x' is not a duration; write whole hours, minutes "
+                                                "and seconds with their units in that order, e.g. 90s, 9m, 2h or 1h30m"),
+    (["compare", "GRID", "--time-limit", "5s"], "--time-limit '5s' leaves no time to train"),
+    (["compare", "GRID", "--time-limit", "9m", "--table-only"], "--time-limit limits the cells' training, and "
+                                                                "--table-only trains none: drop one of them"),
+    (["compare", "GRID", "--time-limit", "9m", "--ray", "local"], "with --ray the cluster runs them: drop --time-limit"),
     (["report", "a", "b"], "give --out when reporting on several run directories"),
     (["report", "nowhere"], "'nowhere' is neither a run directory"),
 ])
@@ -158,3 +173,77 @@ def test_keep_going_logs_every_cell_of_the_failed_invocation(tmp_path, capsys):
     assert "cell default | A | seed 0 failed: train.participation=0.01 samples 0 of 3 clients" in capsys.readouterr().err
     (log,) = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
     assert log["failed"] and log["cells"] == {"failed": 1, "ran": 1} and log["command"].endswith("--keep-going")
+
+
+def numbers_of(value):
+    """``value`` (a table.json's nest) without its wall times (``seconds``: no two runs take the same) and the
+    paths of its runs (``run_dirs``)."""
+    if isinstance(value, dict):
+        return {k: numbers_of(v) for k, v in value.items() if k not in ("seconds", "run_dirs")}
+    return [numbers_of(v) for v in value] if isinstance(value, list) else value
+
+
+def uninterrupted_table(tiny_grid, tmp_path):
+    """The ``settings`` of the table of the uninterrupted tiny grid (tabulated in a copy): :func:`numbers_of`."""
+    shutil.copytree(tiny_grid, tmp_path / "ref")
+    return numbers_of(json.loads(write_tables(tmp_path / "ref")["json"].read_text())["settings"])
+
+
+def test_a_time_limited_grid_exits_75_and_the_same_command_continues_to_the_uninterrupted_grid(
+        tiny_grid, tmp_path, capsys, monkeypatch):
+    """A scheduler's loop: the same command until it exits 0. The clock's readings (:class:`TickClock`) make it
+    independent of speed: the command reads 1 (the limit: 19 s, so the deadline less its 10 s reserve is 10), the
+    first cell starts at 3 and ends its rounds at 5 and 6, the second starts at 7 (its estimate, 1 s x 1.5, fits)
+    and, after its round 1 at 9, would end round 2 past 10: it stops there; the others are not started."""
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(time=TickClock()))
+    grid, out = write_grid(tmp_path), tmp_path / "out"
+    args = ["compare", str(grid), "--out", str(out), "-q", "--time-limit", "19s"]
+    assert main(args) == 75
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "fedaug compare: stopped at the time limit (--time-limit 19s): 1 of 4 cells finished, 1 stopped (default | "
+        "FedAvg lr 0.2 | seed 0 at round 1 of 3), 2 not started; their checkpoints are saved. Exit status 75: "
+        f"continue with the same command, in the same directory ({os.getcwd()}):\n"
+        f"  fedaug compare {grid} --out {out} -q --time-limit 19s\n")
+    assert "Not included (3 cells not finished): " in captured.out  # the stopped cell is not finished
+    missing = json.loads((out / "table.json").read_text())["missing"]
+    assert [m.split(" (")[0] for m in missing] == ["default | FedAvg lr 0.2 | seed 0: unfinished",
+                                                   "default | FedAvg | seed 1: not started",
+                                                   "default | FedAvg lr 0.2 | seed 1: not started"]
+    (log,) = [json.loads(line) for line in (out / "invocations.jsonl").read_text().splitlines()]
+    assert log["cells"] == {"not started": 2, "ran": 1, "stopped": 1} and log["time_limit"] == "19s"
+    assert log["stopped"] == [{"cell": "default | FedAvg lr 0.2 | seed 0", "round": 1, "rounds": 3}]
+    assert log["command"].endswith("--jobs 1 --time-limit 19s") and not log["failed"]
+    statuses = [75]
+    while statuses[-1] == 75 and len(statuses) < 10:
+        statuses.append(main(args))
+    assert statuses == [75] * 5 + [0]  # each invocation trains what fits
+    logged = [json.loads(line)["cells"] for line in (out / "invocations.jsonl").read_text().splitlines()]
+    assert logged[1:] == [{"done before": 1, "not started": 1, "resumed": 1, "stopped": 1},
+                          {"done before": 2, "not started": 1, "stopped": 1},
+                          {"done before": 2, "resumed": 1, "stopped": 1}, {"done before": 3, "stopped": 1},
+                          {"done before": 3, "resumed": 1}]
+    assert records_by_cell(out) == records_by_cell(tiny_grid) and len(records_by_cell(out)) == 4
+    assert {k: strip(v) for k, v in summaries(out).items()} == {k: strip(v) for k, v in summaries(tiny_grid).items()}
+    assert numbers_of(json.loads((out / "table.json").read_text())["settings"]) == uninterrupted_table(
+        tiny_grid, tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:run directory .* ended without releasing it:UserWarning")  # the killed cell's
+def test_a_killed_compare_then_the_same_command_equals_the_uninterrupted_grid(tiny_grid, tmp_path, capsys):
+    grid, out = write_grid(tmp_path), tmp_path / "out"
+    args = ["compare", str(grid), "--out", str(out), "-q"]
+    proc = subprocess.Popen([sys.executable, "-m", "fedaug", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    give_up = time.monotonic() + 300
+    while not list(out.glob("*/*/seed*/*/checkpoints/round_*.pt")) and proc.poll() is None:
+        assert time.monotonic() < give_up, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no handler runs
+    assert proc.wait() == -9, proc.stderr.read()
+    assert len(summaries(out)) < 4
+    assert main(args) == 0
+    assert records_by_cell(out) == records_by_cell(tiny_grid) and len(records_by_cell(out)) == 4
+    assert {k: strip(v) for k, v in summaries(out).items()} == {k: strip(v) for k, v in summaries(tiny_grid).items()}
+    assert numbers_of(json.loads((out / "table.json").read_text())["settings"]) == uninterrupted_table(
+        tiny_grid, tmp_path)

@@ -304,3 +304,68 @@ def test_a_checkpoint_written_on_another_device_resumes_here_with_a_warning(tmp_
     save_tensors(ckpt, payload)
     with pytest.raises(CheckpointError, match="written by a different config"):
         resume_experiment(str(other), quiet=True)
+
+
+class ClosedAs:
+    """A tracking backend (:class:`~fedaug.engine.records.tracking.Backend`) that notes the rounds it was given
+    and the status its run ended with."""
+
+    name = "recorded"
+
+    def __init__(self) -> None:
+        self.rounds: list[int] = []
+        self.status: str | None = None
+
+    def log_params(self, params):
+        pass
+
+    def log_round(self, step, scalars):
+        self.rounds.append(step)
+
+    def log_files(self, paths):
+        pass
+
+    def close(self, status):
+        self.status = status
+
+
+def test_a_run_stopped_by_its_predicate_is_checkpointed_there_and_resumes_to_the_uninterrupted_numbers(tmp_path):
+    """The server hook of a time limit: ``stop`` is asked after each round but the last; where it says True, the
+    round is checkpointed although checkpoint_every skips it, the tracked run ends KILLED, and a resume equals
+    the run that was not stopped."""
+    from fedaug.core.errors import RunStopped
+    from fedaug.engine.records.tracking import Tracker
+    from fedaug.engine.run import build_simulation
+
+    raw = tiny_raw(rounds=5)
+    raw.update(out_dir=str(tmp_path / "full"), checkpoint_every=3, keep_checkpoints=5)
+    _, full = run_experiment(validate(raw), quiet=True)
+    raw["out_dir"] = str(tmp_path / "part")
+    cfg = validate(raw)
+    asked, backend = [], ClosedAs()
+    with build_simulation(cfg) as sim, RunDir.start(cfg) as run_dir:
+        with pytest.raises(RunStopped, match=r"^stopped after round 2 of 5$") as info:
+            sim.run(run_dir, tracker=Tracker([backend], sim.task.metric), stop=lambda r: asked.append(r) or r == 2)
+    assert (info.value.round, info.value.rounds) == (2, 5)
+    assert asked == [1, 2] and backend.rounds == [1, 2] and backend.status == "KILLED"
+    assert [r for r, _ in run_dir.checkpoints()] == [2]  # checkpoint_every = 3 would have skipped it
+    assert [r["round"] for r in run_dir.rounds()] == [1, 2]
+    assert not (run_dir.path / "summary.json").exists() and not (run_dir.path / LOCK).exists()
+    asked.clear()
+    resume_experiment(str(run_dir.path), quiet=True, stop=lambda r: asked.append(r) or False)
+    assert asked == [3, 4]  # never after the last round
+    assert comparable(run_dir.path) == comparable(full.path)
+    assert summary_numbers(run_dir.path) == summary_numbers(full.path)
+    assert [r for r, _ in run_dir.checkpoints()] == [2, 3, 5]
+
+
+def test_a_stop_on_a_checkpointed_round_saves_it_once(tmp_path):
+    raw = tiny_raw(rounds=3)
+    raw.update(out_dir=str(tmp_path), checkpoint_every=1, keep_checkpoints=1)
+    from fedaug.core.errors import RunStopped
+
+    with pytest.raises(RunStopped) as info:
+        run_experiment(validate(raw), quiet=True, stop=lambda r: r == 1)
+    run = RunDir(info.value.run_dir)  # named as the exception left the run directory
+    (saved,) = run.checkpoints()
+    assert saved[0] == 1 and load_tensors(saved[1])["round"] == 1

@@ -1,9 +1,12 @@
-"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``)."""
+"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``); a
+clock for time limits; the records of a grid's cells."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from fedaug.engine.records.rundir import read_records
 from fedaug.report.grid import GridSpec, parse_grid
 
 
@@ -25,3 +28,23 @@ def tiny_grid_raw(**extra: Any) -> dict[str, Any]:
 
 def tiny_spec(**extra: Any) -> GridSpec:
     return parse_grid(tiny_grid_raw(**extra), "tiny")
+
+
+class TickClock:
+    """A clock for time limits (:class:`fedaug.report.deadline.Deadline`) that does not depend on speed: its
+    readings are 1, 2, 3, ... seconds, one more at each reading, so what a limit stops is fixed by the number of
+    readings (picklable: a worker process reads its own copy)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def records_by_cell(out: Path) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Every cell's round records under the grid directory ``out`` without their wall times (``time``: no two
+    runs take the same), by (setting, method, seed) directory."""
+    return {p.relative_to(out).parts[:3]: [{k: v for k, v in r.items() if k != "time"} for r in read_records(p)[0]]
+            for p in sorted(out.glob("*/*/seed*/*/metrics.jsonl"))}

@@ -71,3 +71,20 @@ def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
         "compare tiny: 1 done, 1 running, 1 left  elapsed 00:22  eta 00:20  [default | B | seed 0: round 2/4 "
         "eta 00:10]",
     ]
+
+
+def test_a_time_limit_shows_where_cells_stopped_and_which_were_not_started():
+    stream = io.StringIO()
+    a, b, c = cell("A"), cell("B"), cell("C")
+    with GridProgress("tiny", stream=stream, now=lambda: 0.0) as g:
+        g.planned([a, b, c], jobs=1)
+        g.started(a.label)
+        g.finished(1, 3, CellOutcome(a, "stopped", "/runs/a", 7.25, round=4, rounds=10))
+        g.finished(2, 3, CellOutcome(b, "not started", None, 0.0, rounds=10))
+        g.finished(3, 3, CellOutcome(c, "not started", "/runs/c", 0.0, round=2, rounds=10))
+    assert [line for line in stream.getvalue().splitlines() if line.startswith("[")] == [
+        "[1/3] default | A | seed 0: stopped at round 4 of 10 in 7.2 s -> /runs/a",
+        "[2/3] default | B | seed 0: not started",
+        "[3/3] default | C | seed 0: not started (saved at round 2 of 10) -> /runs/c",
+    ]
+    assert g.durations == []  # a stopped cell's time is not a cell's time

@@ -17,7 +17,7 @@ from fedaug.engine.records.rundir import CONFIG, SUMMARY
 from fedaug.report.runner import (
     GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
 )
-from tests.report.conftest import tiny_spec
+from tests.report.conftest import TickClock, records_by_cell, tiny_spec
 
 
 #: tests that run two jobs or two workers at once: the runner refuses to share fewer cores (docs/engine.md)
@@ -280,3 +280,61 @@ def test_keep_going_runs_the_other_cells_then_names_every_failure(tmp_path):
     assert seen == ["failed", "ran", "failed"]
     assert [o.status for o in info.value.outcomes] == seen
     assert find_run(tmp_path / "g" / "default" / "fedavg" / "seed0") is not None
+
+
+def test_a_cell_whose_first_round_would_pass_the_time_limit_is_not_started(tmp_path):
+    """The clock's readings (:class:`TickClock`): 1 sets the reserve (10 s: the limit less it is 7), 2 lets the first
+    cell start, 3 starts its watch, 4 and 5 end its rounds 1 and 2 (each 1 s, 1.5 s with the margin: it finishes);
+    at 6 the next cell's start-up and first round, estimated by the first cell's (1 s), would end at 7.5: past 7."""
+    seen = []
+    outcomes = run_grid(tiny_spec(seeds=[0]), tmp_path / "g", deadline=17.0, clock=TickClock(),
+                        on_done=lambda k, n, o: seen.append((k, n, o.status)))
+    assert seen == [(1, 2, "ran"), (2, 2, "not started")]
+    assert outcomes[0].first_round_s == 1.0 and outcomes[1].round is None
+    assert not (tmp_path / "g" / "default" / "fedavg-lr-0.2" / "seed0").exists()  # not started: nothing written
+
+
+def test_past_the_limit_no_cell_starts_and_each_is_told_as_it_stands(tiny_grid, tmp_path):
+    """The deadline less its reserve is already past (readings 1, 2: 5 - 10 < 2): nothing trains or is written;
+    finished cells are "done before", an interrupted one is "not started" at its newest checkpoint."""
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    run = find_run(out / "default" / "fedavg" / "seed1")
+    (run / SUMMARY).unlink()
+    (run / "checkpoints" / "round_000003.pt").unlink()
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    outcomes = run_grid(tiny_spec(), out, deadline=5.0, clock=TickClock())
+    assert [(o.cell.label, o.status, o.round, o.detail()) for o in outcomes] == [
+        ("default | FedAvg | seed 0", "done before", None, ""),
+        ("default | FedAvg lr 0.2 | seed 0", "done before", None, ""),
+        ("default | FedAvg | seed 1", "not started", 2, " (saved at round 2 of 3)"),
+        ("default | FedAvg lr 0.2 | seed 1", "done before", None, "")]
+    assert outcomes[2].run_dir == str(run)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != GRID_FILE} == {
+        p: t for p, t in before.items() if p.name != GRID_FILE}
+
+
+@two_cores
+def test_a_time_limited_grid_in_worker_processes_continues_to_the_uninterrupted_records(tiny_grid, tmp_path):
+    """Both cells start (readings 1-3 in this process: the reserve, two starts, all before 13 - 10 = 3); each worker
+    reads its copy of the clock (at 3 or later) to start its watch and after round 1, when the next round, x 1.5,
+    would pass 3: both stop at round 1 of 3, checkpointed, and the same call without a limit continues them."""
+    spec, out = tiny_spec(seeds=[1]), tmp_path / "par"
+    outcomes = run_grid(spec, out, jobs=2, deadline=13.0, clock=TickClock())
+    assert sorted((o.status, o.round, o.rounds) for o in outcomes) == [("stopped", 1, 3)] * 2
+    assert all((find_run(o.cell.dir) / "checkpoints" / "round_000001.pt").is_file() for o in outcomes)
+    assert not summaries(out)
+    assert sorted(o.status for o in run_grid(spec, out, jobs=2)) == ["resumed", "resumed"]
+    want = {k: v for k, v in records_by_cell(tiny_grid).items() if k[2] == "seed1"}
+    assert records_by_cell(out) == want and len(want) == 2
+    seq = {k: strip(v) for k, v in summaries(tiny_grid).items() if k[2] == "seed1"}
+    assert {k: strip(v) for k, v in summaries(out).items()} == seq
+
+
+def test_a_time_limit_is_refused_with_ray(tmp_path):
+    from fedaug.report.ray_cells import RayCells
+
+    with pytest.raises(ConfigError, match=r"--time-limit stops cells by this machine's clock.*with --ray the cluster "
+                                          r"runs them: drop --time-limit .*or run the grid here with --jobs N"):
+        run_grid(tiny_spec(), tmp_path / "g", ray=RayCells(), deadline=1e12)
+    assert not (tmp_path / "g").exists()

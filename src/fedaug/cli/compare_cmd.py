@@ -4,6 +4,8 @@ seeds (resumable, optionally in parallel) and write one comparison table (docs/c
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -15,6 +17,7 @@ from fedaug.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedaug.report.grid import GridSpec
+    from fedaug.report.runner import CellOutcome
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -58,6 +61,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         "cell's, instead of training that cell again")
     p.add_argument("--keep-going", action="store_true",
                    help="when a cell fails, run every other cell, then report all failures (exit status 2)")
+    p.add_argument("--time-limit", metavar="DURATION",
+                   help="stop before this much time has passed (90s, 9m, 2h, 1h30m): running cells stop at a round "
+                        "boundary with a checkpoint, cells that would not fit are not started, the tables are "
+                        "written, and the command exits with status 75; the same command continues "
+                        "(docs/cluster.md: a Slurm job's wall time)")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress on stderr (cells done / running / left, each running cell's round and ETA, "
@@ -91,16 +99,21 @@ def spec_from_args(args: argparse.Namespace) -> GridSpec:
 
 def main(args: argparse.Namespace) -> int:
     from fedaug.core.runtime import configure_process
+    from fedaug.report.deadline import STOPPED_STATUS, now, parse_time_limit
     from fedaug.report.progress import GridProgress
     from fedaug.report.ray_cells import RayCells
     from fedaug.report.runner import CellError, log_invocation, run_grid, write_grid_file
     from fedaug.report.table import write_tables
 
+    deadline = now() + parse_time_limit(args.time_limit) if args.time_limit else None  # counted from here
     if args.ray is None and args.ray_files != "auto":
         raise ConfigError(f"--ray-files {args.ray_files} says where cells on a Ray cluster write; add --ray [ADDRESS]")
+    if args.table_only and args.time_limit:
+        raise ConfigError("--time-limit limits the cells' training, and --table-only trains none: drop one of them")
     spec = spec_from_args(args)
     out = Path(args.out or Path("runs") / "compare" / spec.name)
-    failure = None
+    failure: CellError | None = None
+    outcomes: list[CellOutcome] = []
     if args.table_only:
         write_grid_file(spec, out)
     else:
@@ -111,24 +124,16 @@ def main(args: argparse.Namespace) -> int:
             with display if display is not None else nullcontext():
                 outcomes = run_grid(spec, out, args.jobs, on_done=display.finished if display else None,
                                     reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going,
-                                    watch=display, ray=RayCells(args.ray, args.ray_files) if args.ray else None)
+                                    watch=display, ray=RayCells(args.ray, args.ray_files) if args.ray else None,
+                                    deadline=deadline)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, exc.outcomes
         where = [f"--ray {args.ray}", f"--ray-files {args.ray_files}"] if args.ray else [f"--jobs {args.jobs}"]
-        command = " ".join(["fedaug compare", args.grid or "(methods on the command line)", *where,
-                            *([f"--seeds {' '.join(map(str, args.seeds))}"] if args.seeds else []),
-                            *([f"--only-methods {' '.join(map(repr, args.only_methods))}"]
-                              if args.only_methods else []),
-                            *([f"--only-settings {' '.join(map(repr, args.only_settings))}"]
-                              if args.only_settings else []),
-                            *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
-                            *([f"--reuse {args.reuse}"] if args.reuse else []),
-                            *[f"--import {m}" for m in args.imports],
-                            *(["--keep-going"] if args.keep_going else [])])
         wall = time.perf_counter() - t0
-        log_invocation(out, command, args.jobs, wall, outcomes, failure is not None)
+        log_invocation(out, logged_command(args, where), args.jobs, wall, outcomes, failure is not None,
+                       args.time_limit)
         if not args.quiet and failure is None:
-            worked = sum(o.status in ("ran", "resumed") for o in outcomes)
+            worked = sum(o.status in ("ran", "resumed", "stopped") for o in outcomes)
             reused = sum(o.status == "reused" for o in outcomes)
             print(f"wall time: {wall:.0f} s for {worked} of {len(outcomes)} cells run "
                   f"({where[0]}){f', {reused} reused' if reused else ''}", file=sys.stderr)
@@ -140,4 +145,36 @@ def main(args: argparse.Namespace) -> int:
         print(f"\ntables: {', '.join(str(f) for f in files.values())}")
     if failure is not None:
         raise failure
+    if any(o.unfinished for o in outcomes):
+        print(what_is_left(outcomes, args), file=sys.stderr)
+        return STOPPED_STATUS
     return 0
+
+
+def logged_command(args: argparse.Namespace, where: list[str]) -> str:
+    """The invocation as ``invocations.jsonl`` records it: the grid, ``where`` it ran, and the options that
+    choose and run its cells."""
+    return " ".join(["fedaug compare", args.grid or "(methods on the command line)", *where,
+                     *([f"--seeds {' '.join(map(str, args.seeds))}"] if args.seeds else []),
+                     *([f"--only-methods {' '.join(map(repr, args.only_methods))}"] if args.only_methods else []),
+                     *([f"--only-settings {' '.join(map(repr, args.only_settings))}"] if args.only_settings else []),
+                     *([f"--set {' '.join(args.set_overrides)}"] if args.set_overrides else []),
+                     *([f"--reuse {args.reuse}"] if args.reuse else []),
+                     *[f"--import {m}" for m in args.imports],
+                     *(["--keep-going"] if args.keep_going else []),
+                     *([f"--time-limit {args.time_limit}"] if args.time_limit else [])])
+
+
+def what_is_left(outcomes: list[CellOutcome], args: argparse.Namespace) -> str:
+    """What a grid stopped at its time limit left, and the command that continues it (the one given)."""
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("not started", "busy")}
+    finished = sum(o.status in ("done before", "ran", "resumed", "reused") for o in outcomes)
+    stopped = [o for o in outcomes if o.status == "stopped"]
+    parts = [f"{finished} of {len(outcomes)} cells finished",
+             f"{len(stopped)} stopped" + (f" ({'; '.join(o.cell.label + o.detail() for o in stopped)})"
+                                          if stopped else ""),
+             f"{counts['not started']} not started"] + ([f"{counts['busy']} busy in another process"]
+                                                          if counts["busy"] else [])
+    return (f"fedaug compare: stopped at the time limit (--time-limit {args.time_limit}): {', '.join(parts)}; "
+            "their checkpoints are saved. Exit status 75: continue with the same command, in the same directory "
+            f"({os.getcwd()}):\n  {shlex.join(['fedaug', *args.argv])}")

@@ -35,7 +35,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 2 a user error with its message on stderr)."""
+    """Run the CLI; returns the exit code (0 ok, 2 a user error with its message on stderr, 75 stopped at a
+    ``--time-limit``: :data:`~fedaug.report.deadline.STOPPED_STATUS`, 141 the reader of its output went away:
+    ``fedaug list | head -1``)."""
+    try:
+        try:
+            code = _command(argv)
+        except SystemExit:  # argparse's help, version and usage errors
+            _flush()
+            raise
+        _flush()
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _flush() -> None:
+    """Write what stdout and stderr still buffer, so that a closed pipe shows here (where :func:`main` ends
+    quietly), not in the interpreter's last flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+#: the exit status of a command whose output pipe closed: 128 + SIGPIPE, as a shell reports a tool killed by it
+CLOSED_PIPE = 128 + 13
+
+
+def _closed_pipe() -> int:
+    """End quietly after a write to a closed pipe (Python's documented recipe, "Note on SIGPIPE"): point
+    stdout and stderr at the null device, so that nothing more is written to the pipe (the interpreter's
+    last flush included), and return :data:`CLOSED_PIPE`. Whatever the command had written stays written; a
+    run unwinds as on Ctrl-C (records and checkpoints as last written, run locks released)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(null, stream.fileno())
+        except (AttributeError, OSError, ValueError):  # not a file with a descriptor (a test's capture)
+            continue
+    os.close(null)
+    return CLOSED_PIPE
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    """:func:`main` up to its output's last flush."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come after options (``fedaug run preset -q train.lr=0.1``)
@@ -46,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # the command, to say how to run it again
     if os.environ.get(RETIRED_ENV):
         print(f"fedaug: warning: {RETIRED_ENV} is no longer read and changes nothing; the FFA layers' path is "
               "the config option method.options.fedfa.kernel (or vfda.kernel): \"off\" (default) or \"on\"",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from fedaug.cli.run_cmd import add_output_flags, finish
@@ -27,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="continue from the checkpoint of round K instead of the newest (0: from the start); later "
                         "checkpoints are deleted and later records moved to metrics.aside.jsonl, e.g. to go back "
                         "before a round whose global state no client can train from")
+    p.add_argument("--time-limit", metavar="DURATION",
+                   help="stop before this much time has passed (90s, 9m, 2h, 1h30m), after a round, with its "
+                        "checkpoint, and exit with status 75; the same command continues")
     add_output_flags(p)
     p.set_defaults(func=main)
 
@@ -34,11 +38,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def main(args: argparse.Namespace) -> int:
     from fedaug.cli.saved import Saved
     from fedaug.config.load import parse_config, read_toml
-    from fedaug.core.errors import CheckpointError
+    from fedaug.core.errors import CheckpointError, RunStopped
     from fedaug.core.runtime import configure_process
     from fedaug.engine.records.rundir import CONFIG, RunDir
     from fedaug.engine.run import resume_experiment
+    from fedaug.report.deadline import STOPPED_STATUS, Deadline, now, parse_time_limit
 
+    deadline = Deadline.until(now() + parse_time_limit(args.time_limit)) if args.time_limit else None
     cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
     configure_process(cfg.threads, cfg.deterministic)
     if args.from_round is not None and args.from_round < 0:
@@ -46,6 +52,13 @@ def main(args: argparse.Namespace) -> int:
     note = Saved.of(args.run_dir).resuming(args.from_round)
     if note and not args.quiet:
         print(f"fedaug: {note}", file=sys.stderr, flush=True)
-    summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
-                                         from_round=args.from_round, workers=args.workers, fleet=args.fleet)
+    try:
+        summary, run_dir = resume_experiment(args.run_dir, quiet=args.quiet, device=args.device,
+                                             from_round=args.from_round, workers=args.workers, fleet=args.fleet,
+                                             stop=deadline.watch() if deadline is not None else None)
+    except RunStopped as exc:
+        print(f"fedaug resume: stopped at the time limit (--time-limit {args.time_limit}) after round {exc.round} "
+              f"of {exc.rounds}, its checkpoint saved. Exit status 75: continue with the same command: "
+              f"{shlex.join(['fedaug', *args.argv])}", file=sys.stderr)
+        return STOPPED_STATUS
     return finish(summary, run_dir, args.format)

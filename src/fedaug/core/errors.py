@@ -47,6 +47,28 @@ class StorageError(FedaugError, OSError):
     written before stays intact and the run resumes once the cause is fixed."""
 
 
+class RunStopped(Exception):
+    """A run stopped on purpose after a round, its checkpoint saved, because its ``stop`` predicate said
+    so (a time limit: :mod:`fedaug.report.deadline`). Not a failure, so not a :class:`FedaugError`:
+    ``fedaug resume`` continues from round ``round + 1`` to the numbers of an uninterrupted run.
+
+    Args:
+        round: the last round trained, recorded and checkpointed.
+        rounds: the rounds the run is configured for (``round < rounds``).
+
+    Attributes:
+        run_dir: the run directory (set as the exception leaves it, :class:`~fedaug.engine.records.rundir.RunDir`;
+            absent for a run that writes none).
+
+    >>> str(RunStopped(4, 10))
+    'stopped after round 4 of 10'
+    """
+
+    def __init__(self, round: int, rounds: int) -> None:
+        super().__init__(f"stopped after round {round} of {rounds}")
+        self.round, self.rounds = round, rounds
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

@@ -29,6 +29,8 @@ _ENTRY = re.compile(r"^(\s*)(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?:\([^)]*\))?:
 _SIMPLE = {int: "int", float: "float", bool: "bool", str: "str"}
 #: a cross-reference in a docstring: ``:func:`fedaug.data.fashion_mnist.fashion_mnist` ``
 _REFERENCE = re.compile(r":(?:func|class):`~?([\w.]+)`")
+#: an ``Args:`` entry that only points at another class's: ``bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.``
+_POINTER = re.compile(r"as (?::class:`~?[\w.]+`|\w+)\.?")
 
 
 def option_types(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -183,13 +185,15 @@ def describe_options(fn: Callable[..., Any], *, docs: Sequence[Any] = (), extra:
         docs: further objects whose docstrings describe the options, searched after ``fn``'s own
             (a component's class and its bases; the class a model builder returns); last, the
             objects ``fn``'s docstring refers to (:func:`referenced`: "options as :func:`...`").
+            An entry that only points at another class (``bn: as FedAvg.``) is passed over, so
+            that the option keeps the text of the class it points at (a base, searched later).
         extra: options every builder of the kind accepts beyond its own, with their help
             (a dataset's ``held_out``).
         skip: options filled in by fedaug, not by a config (a model's ``in_channels``).
     """
     helps: dict[str, str] = {}
     for obj in (fn, *docs, *referenced(inspect.getdoc(fn)))[::-1]:  # the first that describes an option wins
-        helps.update(docstring_args(inspect.getdoc(obj)))
+        helps.update({k: v for k, v in docstring_args(inspect.getdoc(obj)).items() if not _POINTER.fullmatch(v)})
     params = inspect.signature(fn).parameters
     out = []
     for name, tp in option_types(fn).items():

@@ -230,7 +230,8 @@ def brain_mri(
         patch: 3D crop side.
         spacing: 3D downsampling factor (1 mm voxels -> ``spacing`` mm).
         min_brain: smallest labelled share of a kept slice or crop.
-        val_fraction, test_fraction: split shares.
+        val_fraction: the share of each client's blocks (2D) or patches (3D) for validation.
+        test_fraction: the share of each client's blocks (2D) or patches (3D) for the test split.
         scanners: 0 (default): one client per volume, as recorded; k >= ``len(sites)``: k clients
             ``scanner<j>-<volume>``, volume ``sites[j % len(sites)]`` through simulated scanner j
             (:func:`fedaug.data.site_shift.draw_profiles`), the volume's blocks dealt between them.

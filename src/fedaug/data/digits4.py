@@ -295,7 +295,8 @@ def digits4(
         train_fraction: share of each client's train split kept (FedFA's data-scarcity setting).
         domains: a subset of ``DOMAINS``; kept in the fixed order mnist, usps_like, mnistm_like,
             synth_like.
-        val_fraction, test_fraction: per-domain shares of the samples (stratified by label).
+        val_fraction: the per-domain share of the samples for validation (stratified by label).
+        test_fraction: the per-domain share of the samples for the test split (stratified by label).
         usps_style: the ``usps_like`` domain's look: ``"v1"`` (default; what every run before this
             option used: 8x8 upsampled) or ``"v2"`` (USPS-like 16x16 digits filling the frame; see
             :mod:`fedaug.data.digits4_usps` and docs/data.md). Recorded in ``info["params"]``.

@@ -180,8 +180,10 @@ def image_folder(*, seed: int, root: str | None = None, sites: list[str] | None 
         size: side the images are resized to (square), >= 8.
         channels: 3 (RGB) or 1 (luminance).
         clients_per_site: clients per site; each split of a site is dealt to them, stratified.
-        val_fraction, test_fraction: shares of each site's images for validation and test
-            (stratified by class); ignored with ``split``.
+        val_fraction: the share of each site's images for validation (stratified by class);
+            ignored with ``split``.
+        test_fraction: the share of each site's images for the test split (stratified by class);
+            ignored with ``split``.
         split: a split file (relative to ``root``, or absolute) assigning every image to train, val
             or test: ``<site>/<class>/<image>,<split>`` per line.
 

@@ -119,7 +119,8 @@ def smartwatch_imu(
             ``(N, 1, window, 6)`` for HARNet-style ``(k, 1)`` kernels.
         clients_per_subject: clients per subject, 1 to 14.
         split_by: ``"time"`` or ``"recording"``.
-        val_fraction, test_fraction: shares of each recording (or of the recordings) for val and test.
+        val_fraction: the share of each recording (or of the recordings) for validation.
+        test_fraction: the share of each recording (or of the recordings) for the test split.
 
     Returns:
         Classification data, 7 classes, float32 inputs (raw sensor units), int64 labels; client

@@ -68,7 +68,9 @@ def uci_har(*, seed: int, root: str | None = None, partition: Literal["subject",
     Args:
         root: the dataset's directory (``UCI HAR Dataset``; layout in docs/data.md).
         partition: ``"subject"`` (default: one client per subject) or a label partition.
-        val_fraction, test_fraction: shares of each subject's windows per activity (``subject``).
+        val_fraction: the share of each subject's windows per activity for validation (``subject``).
+        test_fraction: the share of each subject's windows per activity for the test split
+            (``subject``; the official test set otherwise).
     """
     tr, te = read_uci_har(root, "train"), read_uci_har(root, "test")
     fractions = split_fractions("uci_har", val_fraction, test_fraction)
@@ -162,7 +164,8 @@ def prostate_mri(*, seed: int, root: str | None = None, sites: list[str] | None 
         root: the dataset's directory, one folder per site (layout in docs/data.md).
         sites: the sites to use, one client each (default: all six).
         size: side of the resized slices.
-        val_fraction, test_fraction: shares of each site's slices (stratified split).
+        val_fraction: the share of each site's slices for validation (stratified split).
+        test_fraction: the share of each site's slices for the test split (stratified split).
 
     Returns:
         Segmentation, 2 classes; x ``(N, 1, size, size)`` in [0, 1] per volume, y ``(N, size, size)``.

@@ -119,7 +119,8 @@ def spoken_digits(
         samples_per_class: clips per digit per client.
         duration: clip length in seconds (centre-cropped or zero-padded).
         n_mels: mel bands (0-8 kHz).
-        val_fraction, test_fraction: split shares.
+        val_fraction: the share of each client's clips per digit for validation.
+        test_fraction: the share of each client's clips per digit for the test split.
 
     Returns:
         Classification data, 10 classes; x ``(N, 1, n_mels, 1 + duration * 22050 // 256)`` float32

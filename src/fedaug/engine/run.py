@@ -92,11 +92,11 @@ class Simulation(Server):
         return self.fleet.checkpoint()
 
     def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
-            tracker: Tracker | None = None) -> dict[str, Any]:
-        """:meth:`Server.run`, then stop the worker processes or actors (``workers > 1``, ``fleet = "ray"``)
-        however it ends."""
+            tracker: Tracker | None = None, stop: Callable[[int], bool] | None = None) -> dict[str, Any]:
+        """:meth:`Server.run` (``stop`` as there), then stop the worker processes or actors (``workers > 1``,
+        ``fleet = "ray"``) however it ends."""
         try:
-            return super().run(run_dir, progress, tracker)
+            return super().run(run_dir, progress, tracker, stop)
         except WorkerDied as exc:
             where = f"'fedaug resume {run_dir.path}'" if run_dir is not None else "a resume of its run directory"
             raise WorkerDied(str(exc).replace("'fedaug resume <run dir>'", where)) from None
@@ -147,7 +147,8 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
                    tags: Mapping[str, str] | None = None,
                    on_round: Callable[[RoundUpdate], None] | None = None,
-                   out_dir: str | None = None, trainer: Trainer | None = None) -> tuple[dict[str, Any], RunDir | None]:
+                   out_dir: str | None = None, trainer: Trainer | None = None,
+                   stop: Callable[[int], bool] | None = None) -> tuple[dict[str, Any], RunDir | None]:
     """Run ``cfg`` from scratch; with ``write``, in a new run directory under ``cfg.out_dir``, whose
     ``config.toml`` states every recorded option (:func:`fedaug.methods.recorded.pin`) and whose
     ``environment.jsonl`` this installation (:func:`~fedaug.engine.records.installation.installation`), tracked
@@ -155,7 +156,9 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
     (:class:`~fedaug.engine.records.progress.Progress`; none with ``quiet``), each round also to ``on_round``.
     ``out_dir`` puts the run directory elsewhere while its ``config.toml`` keeps ``cfg.out_dir`` (a grid
     cell that a Ray node computes in a directory of its own, then ships to ``cfg.out_dir``). ``trainer`` trains its
-    training phases (a pack's slot: :class:`Simulation`)."""
+    training phases (a pack's slot: :class:`Simulation`). ``stop`` is asked
+    after each round but the last (:meth:`~fedaug.engine.server.loop.Server.run`: ``True`` raises
+    :class:`~fedaug.core.errors.RunStopped` with that round checkpointed, its ``run_dir`` set)."""
     cfg = pin(cfg)
     check_tracking(cfg)
     sim = build_simulation(cfg, execution_order, trainer=trainer)
@@ -165,7 +168,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
             run_dir.append_environment(0, installation())
         tracker = Tracker.open(cfg, run_dir.path if run_dir is not None else None, sim.task.metric, tags=tags)
         with Progress(cfg.train.rounds, quiet=quiet, on_update=on_round) as progress:
-            return sim.run(run_dir, progress, tracker), run_dir
+            return sim.run(run_dir, progress, tracker, stop), run_dir
 
 
 def resume_experiment(path: str, *, quiet: bool = False, device: str | None = None,
@@ -173,7 +176,8 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
                       fleet: str | None = None, from_round: int | None = None,
                       tags: Mapping[str, str] | None = None,
                       on_round: Callable[[RoundUpdate], None] | None = None,
-                      trainer: Trainer | None = None) -> tuple[dict[str, Any], RunDir]:
+                      trainer: Trainer | None = None,
+                      stop: Callable[[int], bool] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
     Args:
@@ -193,8 +197,10 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         on_round: called with each round's :class:`~fedaug.engine.records.progress.RoundUpdate` (as in
             :func:`run_experiment`); the run's ``environment.jsonl`` gains a line for this process.
         trainer: trains its training phases (a pack's slot: :class:`Simulation`).
+        stop: asked after each round but the last, as in :func:`run_experiment`.
 
     Raises:
+        RunStopped: ``stop`` said so (the round it stopped after is checkpointed; the same call continues).
         CheckpointError: another process writes ``path`` (its lock is held), the newest checkpoint
             (or that of ``from_round``) is missing, unreadable or not a fedaug checkpoint, or
             ``metrics.jsonl`` lacks a round the checkpoint covers.
@@ -228,4 +234,4 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         run_dir.append_environment(sim.round, installation())
         tracker = Tracker.open(cfg, run_dir.path, sim.task.metric, resume_from=sim.round, tags=tags)
         with Progress(cfg.train.rounds, start=sim.round, quiet=quiet, on_update=on_round) as progress:
-            return sim.run(run_dir, progress, tracker), run_dir
+            return sim.run(run_dir, progress, tracker, stop), run_dir

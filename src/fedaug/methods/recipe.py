@@ -18,6 +18,16 @@ METHODS: Registry[type[Component]] = Registry("method")
 REPLACEABLE = ("forward", "task_loss", "step")
 #: hooks the engine calls per batch, only for the components that override them.
 PER_BATCH = ("transform_batch", "loss_terms", "before_step")
+#: the hooks whose step forms run in their place in every execution, eager too (the engine's step,
+#: :mod:`fedaug.engine.client.step`): ``{hook: the step forms that replace it}``, the first a class
+#: overrides being the one that runs. A component that overrides a hook below (or beside) the class that
+#: gives one of its step forms would never have it called: the recipe refuses it (:func:`ignored_hooks`).
+TAKEN_OVER: dict[str, tuple[str, ...]] = {
+    "forward": ("group_replace_forward",),
+    "loss_terms": ("group_replace_forward", "group_loss_terms"),  # the forward's replacer returns its terms
+    "group_loss_terms": ("group_replace_forward",),
+    "before_step": ("group_before_step",),
+}
 #: the server rule a legacy ``base = "<objective>"`` stands for (``base = "fedprox"`` is FedAvg + FedProx).
 LEGACY_SERVER = "fedavg"
 
@@ -33,6 +43,42 @@ def replaces(component: Component, hook: str) -> bool:
     return overrides(component, hook) or (hook == "forward" and overrides(component, "group_replace_forward"))
 
 
+def defining_class(cls: type, attr: str) -> type:
+    """The class of ``cls``'s MRO that defines ``attr``."""
+    return next(k for k in cls.__mro__ if attr in vars(k))
+
+
+def _call(hook: str) -> str:
+    """``hook`` as a call with :class:`Component`'s parameter names (``before_step(ctx, optimizer)``)."""
+    return f"{hook}({', '.join(list(inspect.signature(getattr(Component, hook)).parameters)[1:])})"
+
+
+def ignored_hooks(component: Component) -> list[str]:
+    """Why hooks that ``component`` overrides would never be called, one message each (empty: none).
+
+    A hook of :data:`TAKEN_OVER` is never called when one of its step forms is overridden too, unless the
+    step form is defined in a subclass of the class that defines the hook (a step form written to replace
+    it): e.g. a subclass of FLea that overrides ``forward``, which FLea's ``group_replace_forward`` replaces
+    in eager, grouped and captured training alike. Each message names the hook and what to override instead.
+    """
+    out = []
+    for hook, forms in TAKEN_OVER.items():
+        form = next((f for f in forms if overrides(component, f)), None)
+        if form is None or not overrides(component, hook):
+            continue
+        owner, runs = defining_class(type(component), hook), defining_class(type(component), form)
+        if runs is not owner and issubclass(runs, owner):
+            continue
+        terms = (" and return its terms in the third value" if hook.endswith("loss_terms")
+                 and form == "group_replace_forward" else "")
+        fix = (f"move what it does into {_call(form)}{terms} and drop '{hook}'" if runs is owner else
+               f"override {_call(form)} instead{terms}, calling super().{form}(...) to keep what {runs.__name__} does")
+        out.append(f"'{component.name}' ({type(component).__name__}) overrides '{hook}', which is never called: "
+                   f"{runs.__name__}'s step form '{form}' runs in its place in eager, grouped and captured training; "
+                   f"{fix}")
+    return out
+
+
 class Recipe:
     """One server rule, then local objectives and augmentations in order.
 
@@ -43,9 +89,10 @@ class Recipe:
 
     Raises:
         ConfigError: the base is not a server rule or an entry of ``augs`` is one, a name repeats,
-            two components replace the same hook, a component needs a global model that the
-            server rule does not keep, or one needs double backward through layers (of another)
-            that do not support it (each message names the components and the reason).
+            two components replace the same hook, a component overrides a hook that its own step form
+            replaces (:func:`ignored_hooks`), a component needs a global model that the server rule
+            does not keep, or one needs double backward through layers (of another) that do not
+            support it (each message names the components and the reason).
 
     >>> from fedaug.methods.base.fedavg import FedAvg
     >>> Recipe(FedAvg()).names
@@ -66,6 +113,7 @@ class Recipe:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             problems.append(f"component(s) listed twice: {', '.join(repeated)}")
+        problems += [why for c in components for why in ignored_hooks(c)]
         self.replacer: dict[str, Component] = {}
         for hook in REPLACEABLE:
             owners = [c for c in components if replaces(c, hook)]

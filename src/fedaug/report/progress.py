@@ -145,8 +145,8 @@ class GridProgress(LiveBar):
         if outcome.status in ("ran", "resumed"):
             self.durations.append(outcome.seconds)
         where = f" -> {outcome.run_dir}" if outcome.run_dir else ""
-        took = f" in {outcome.seconds:.1f} s" if outcome.status in ("ran", "resumed") else ""
-        self._print(f"[{k}/{total}] {outcome.cell.label}: {outcome.status}{took}{where}")
+        took = f" in {outcome.seconds:.1f} s" if outcome.status in ("ran", "resumed", "stopped") else ""
+        self._print(f"[{k}/{total}] {outcome.cell.label}: {outcome.status}{outcome.detail()}{took}{where}")
         self._show(final=k == total)
 
     # --- estimates and drawing ----------------------------------------------------------------

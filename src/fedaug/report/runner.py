@@ -36,23 +36,24 @@ import os
 import queue
 import shutil
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fedaug.config.load import flatten, parse_config, read_toml
-from fedaug.core.errors import ConfigError, FedaugError
+from fedaug.core.errors import ConfigError, FedaugError, RunStopped
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records.progress import RoundUpdate
-from fedaug.engine.records.rundir import CONFIG, SUMMARY
+from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir
 from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
+from fedaug.report.deadline import Deadline, RoundWatch, now
 from fedaug.report.grid import GridSpec, slug
 
 if TYPE_CHECKING:
@@ -112,13 +113,31 @@ class Cell:
 class CellOutcome:
     """What happened to a cell: ``status`` is ``"done before"``, ``"ran"``, ``"resumed"``,
     ``"reused"`` (a finished run with the same config was copied in), ``"busy"`` (another live
-    process holds its lock) or ``"failed"`` (``error`` says why)."""
+    process holds its lock), ``"failed"`` (``error`` says why), or, under a time limit (:func:`run_grid`'s
+    ``deadline``), ``"stopped"`` (checkpointed after ``round`` of ``rounds``: the next invocation resumes it)
+    or ``"not started"`` (in this invocation; ``round``: its run's newest checkpoint, if it has one).
+    ``first_round_s``: under a time limit, the seconds from the cell's start to the end of its first round
+    here (:attr:`~fedaug.report.deadline.RoundWatch.first`), if it trained one."""
 
     cell: Cell
     status: str
     run_dir: str | None
     seconds: float
     error: str = ""
+    round: int | None = None
+    rounds: int | None = None
+    first_round_s: float | None = None
+
+    @property
+    def unfinished(self) -> bool:
+        """Whether the time limit left the cell unfinished (``"stopped"`` or ``"not started"``)."""
+        return self.status in ("stopped", "not started")
+
+    def detail(self) -> str:
+        """Where a stopped or not started cell is, in words (``" at round 4 of 10"``; else ``""``)."""
+        if self.status == "stopped":
+            return f" at round {self.round} of {self.rounds}"
+        return f" (saved at round {self.round} of {self.rounds})" if self.status == "not started" and self.round else ""
 
 
 def cell_dir(out: Path, setting: str, method: str, seed: int) -> Path:
@@ -251,12 +270,14 @@ def claim(lock: Path) -> bool:
     return False
 
 
-def run_cell(cell: Cell, report: Report | None = None) -> CellOutcome:
+def run_cell(cell: Cell, report: Report | None = None, deadline: Deadline | None = None) -> CellOutcome:
     """Run, resume or skip one cell (in this process); a user error becomes a ``"failed"`` outcome.
 
     Args:
         report: told ``"start"`` when the cell trains, ``"round"`` after each of its rounds, and
             ``"end"`` when this call returns, whatever happened.
+        deadline: a time limit: the run stops at a round boundary where its next round would not fit
+            (:meth:`~fedaug.report.deadline.Deadline.watch`; status ``"stopped"``).
     """
     def note(kind: str, update: RoundUpdate | None = None) -> None:
         if report is not None:
@@ -265,20 +286,23 @@ def run_cell(cell: Cell, report: Report | None = None) -> CellOutcome:
     def on_round(update: RoundUpdate) -> None:
         note("round", update)
 
+    watch = deadline.watch() if deadline is not None else None
     try:
-        return _run_cell(cell, note, on_round)
+        outcome = _run_cell(cell, note, on_round, watch)
     finally:
         note("end")
+    return replace(outcome, first_round_s=watch.first) if watch is not None else outcome
 
 
-def _run_cell(cell: Cell, note: Callable[[str], None], on_round: Callable[[RoundUpdate], None]) -> CellOutcome:
+def _run_cell(cell: Cell, note: Callable[[str], None], on_round: Callable[[RoundUpdate], None],
+              stop: RoundWatch | None) -> CellOutcome:
     """:func:`run_cell`'s work; ``note("start")`` before training, ``on_round`` after each round."""
     lock = cell.dir / ".lock"
     t0 = time.perf_counter()
     if not claim(lock):
         return CellOutcome(cell, "busy", None, 0.0)
     try:
-        return settle(cell) or compute(cell, cell.dir, note, on_round)
+        return settle(cell) or compute(cell, cell.dir, note, on_round, stop)
     except FedaugError as exc:
         return CellOutcome(cell, "failed", None, time.perf_counter() - t0, str(exc))
     finally:
@@ -313,11 +337,12 @@ def settle(cell: Cell) -> CellOutcome | None:
 
 
 def compute(cell: Cell, where: Path, note: Callable[[str], None],
-            on_round: Callable[[RoundUpdate], None]) -> CellOutcome:
+            on_round: Callable[[RoundUpdate], None], stop: Callable[[int], bool] | None = None) -> CellOutcome:
     """Train a cell that :func:`settle` left: resume its run found in ``where`` (at the thread count it
     started with), or run it anew there. ``where`` is the cell's directory, or (a Ray node that does not
     see it) a directory of the node's own whose run directory goes to the cell's afterwards; the run's
-    ``config.toml`` names the cell's directory either way.
+    ``config.toml`` names the cell's directory either way. ``stop`` is the run's
+    (:meth:`~fedaug.engine.server.loop.Server.run`): where it says so, the outcome is ``"stopped"``.
 
     Raises:
         FedaugError: the run failed.
@@ -325,14 +350,29 @@ def compute(cell: Cell, where: Path, note: Callable[[str], None],
     t0 = time.perf_counter()
     existing = find_run(where)
     note("start")
-    if existing is not None:
-        with torch_threads(parse_config(read_toml(existing / CONFIG)).threads):  # the thread count it started with
-            _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round)
-        return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
-    with torch_threads(cell.raw["threads"]):
-        _, made = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round,
-                                 out_dir=None if where == cell.dir else str(where))
+    try:
+        if existing is not None:
+            with torch_threads(parse_config(read_toml(existing / CONFIG)).threads):  # the thread count it started with
+                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round, stop=stop)
+            return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
+        with torch_threads(cell.raw["threads"]):
+            _, made = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round,
+                                     out_dir=None if where == cell.dir else str(where), stop=stop)
+    except RunStopped as exc:
+        return CellOutcome(cell, "stopped", getattr(exc, "run_dir", None), time.perf_counter() - t0,
+                           round=exc.round, rounds=exc.rounds)
     return CellOutcome(cell, "ran", str(made.path) if made else None, time.perf_counter() - t0)
+
+
+def not_started(cell: Cell) -> CellOutcome:
+    """The outcome of a cell that a time limit kept from starting: ``"done before"`` where its run is
+    finished, else ``"not started"`` (with its run's newest checkpoint, where it has one)."""
+    run = find_run(cell.dir)
+    if run is not None and (run / SUMMARY).is_file():
+        return CellOutcome(cell, "done before", str(run), 0.0)
+    saved = RunDir(run).checkpoints() if run is not None else []
+    return CellOutcome(cell, "not started", str(run) if run else None, 0.0, round=saved[-1][0] if saved else None,
+                       rounds=parse_config(cell.raw).train.rounds)
 
 
 #: a pool worker process's queue to the grid's process (set by :func:`_start_pool_worker`; None: no watch)
@@ -346,10 +386,10 @@ def _start_pool_worker(events: Any) -> None:
     _EVENTS = events
 
 
-def _run_pooled(cell: Cell) -> CellOutcome:
+def _run_pooled(cell: Cell, deadline: Deadline | None) -> CellOutcome:
     """:func:`run_cell` in a pool worker, its reports sent to the grid's process."""
     events = _EVENTS
-    return run_cell(cell, None if events is None else lambda *event: events.put(event))
+    return run_cell(cell, None if events is None else lambda *event: events.put(event), deadline)
 
 
 def deliver(events: Any, watch: GridWatch, ended: set[str], until_end_of: str | None = None) -> None:
@@ -384,12 +424,16 @@ def write_grid_file(spec: GridSpec, out: Path) -> None:
 
 
 def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: Sequence[CellOutcome],
-                   failed: bool) -> None:
+                   failed: bool, time_limit: str | None = None) -> None:
     """Append one line to ``out/invocations.jsonl``: when, the command, ``jobs``, the wall time and
-    how many cells ended in each status (a results page sums the wall times)."""
+    how many cells ended in each status (a results page sums the wall times); under a time limit, the
+    limit as given and the cells it stopped (``{"cell", "round", "rounds"}`` each)."""
     cells = dict(sorted(Counter(o.status for o in outcomes).items()))
     record = {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
               "jobs": jobs, "wall_s": round(wall_s, 1), "cells": cells, "failed": failed}
+    if time_limit is not None:
+        record.update(time_limit=time_limit, stopped=[{"cell": o.cell.label, "round": o.round, "rounds": o.rounds}
+                                                      for o in outcomes if o.status == "stopped"])
     Path(out).mkdir(parents=True, exist_ok=True)
     with open(Path(out) / INVOCATIONS, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -398,7 +442,8 @@ def log_invocation(out: Path, command: str, jobs: int, wall_s: float, outcomes: 
 def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
              on_done: Callable[[int, int, CellOutcome], None] | None = None,
              reuse: Path | None = None, keep_going: bool = False,
-             watch: GridWatch | None = None, ray: RayCells | None = None) -> list[CellOutcome]:
+             watch: GridWatch | None = None, ray: RayCells | None = None,
+             deadline: float | None = None, clock: Callable[[], float] = now) -> list[CellOutcome]:
     """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``), or as
     tasks on a Ray cluster (``ray``: as many at once as its resources allow, :mod:`fedaug.report.ray_cells`).
 
@@ -416,17 +461,28 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         watch: told the plan, and each cell's start and rounds as they happen (from worker processes
             or Ray tasks through a queue; a cell's rounds always before its ``on_done``).
         ray: the cluster and how cells' files reach ``out`` (:class:`~fedaug.report.ray_cells.RayCells`).
+        deadline: a time limit, in seconds since the epoch (``clock``'s): each running cell stops at a round
+            boundary, checkpointed, where its next round would pass it (``"stopped"``), and a cell is started
+            only where its start-up and first round fit (else ``"not started"``); a margin is kept for the
+            tables (:meth:`~fedaug.report.deadline.Deadline.until`). The same call continues the grid.
+        clock: the time now, for ``deadline`` (:func:`~fedaug.report.deadline.now`; picklable, for worker
+            processes).
 
     Returns:
         Every cell's outcome, in completion order.
 
     Raises:
-        ConfigError: ``jobs`` does not fit the cores, or is given with ``ray`` (before anything runs).
+        ConfigError: ``jobs`` does not fit the cores, or is given with ``ray``, or ``deadline`` is (before
+            anything runs).
         CellError: a cell failed; the message names it and gives its error.
     """
     if ray is not None and jobs != 1:
         raise ConfigError(f"--jobs {jobs} runs cells in processes of this machine; with --ray the cluster runs as "
                           "many cells at once as its resources allow: drop --jobs")
+    if ray is not None and deadline is not None:
+        raise ConfigError("--time-limit stops cells by this machine's clock, in this machine's processes; with "
+                          "--ray the cluster runs them: drop --time-limit (give the cluster's job its own limit), "
+                          "or run the grid here with --jobs N")
     cells = plan(spec, out, jobs, reuse=finished_runs(reuse) if reuse is not None else None, local=ray is None)
     write_grid_file(spec, out)
     outcomes: list[CellOutcome] = []
@@ -441,7 +497,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
 
         run_on_ray(cells, Path(out), ray, record, keep_going, watch)
     else:
-        _run_here(cells, jobs, record, keep_going, watch)
+        limit = Deadline.until(deadline, clock) if deadline is not None else None
+        _run_here(cells, jobs, record, keep_going, watch, Starts(limit))
     failed = [o for o in outcomes if o.status == "failed"]
     if len(failed) == 1:
         raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}", outcomes)
@@ -451,39 +508,76 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
     return outcomes
 
 
-def _run_here(cells: list[Cell], jobs: int, record: Callable[[CellOutcome], None], keep_going: bool,
-              watch: GridWatch | None) -> None:
-    """:func:`run_grid`'s cells on this machine: in this process, or ``jobs`` worker processes."""
-    outcomes: list[CellOutcome] = []
+class Starts:
+    """Whether a grid starts its next cell: not once a cell failed (unless ``keep_going``), nor, under a time
+    limit, once a cell stopped at it or where a cell's start-up and first round (the longest seen so far)
+    would not fit (:meth:`~fedaug.report.deadline.Deadline.fits`).
 
+    Args:
+        deadline: the time limit, if any.
+    """
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self.deadline = deadline
+        self.first_round_s = 0.0
+        self.failed = self.stopped = False
+
+    def note(self, outcome: CellOutcome) -> None:
+        """Learn from a cell's outcome."""
+        self.failed |= outcome.status == "failed"
+        self.stopped |= outcome.status == "stopped"
+        self.first_round_s = max(self.first_round_s, outcome.first_round_s or 0.0)
+
+    def open(self, keep_going: bool) -> bool:
+        """Whether to start the next cell (a failure's stop aside, :meth:`timed_out` says why not)."""
+        return not (self.failed and not keep_going) and not self.timed_out()
+
+    def timed_out(self) -> bool:
+        """Whether the time limit keeps the next cell from starting."""
+        return self.deadline is not None and (self.stopped or not self.deadline.fits(self.first_round_s))
+
+
+def _run_here(cells: list[Cell], jobs: int, record: Callable[[CellOutcome], None], keep_going: bool,
+              watch: GridWatch | None, starts: Starts) -> None:
+    """:func:`run_grid`'s cells on this machine: in this process, or ``jobs`` worker processes; the cells
+    that a time limit keeps from starting are told as :func:`not_started`."""
     def keep(outcome: CellOutcome) -> None:
-        outcomes.append(outcome)
+        starts.note(outcome)
         record(outcome)
 
     if watch is not None:
         watch.planned(cells, jobs)
+    todo = deque(cells)
     if jobs == 1:
         report = None if watch is None else partial(_tell, watch)
-        for cell in cells:
-            keep(run_cell(cell, report))
-            if outcomes[-1].status == "failed" and not keep_going:
-                break
+        while todo and starts.open(keep_going):
+            keep(run_cell(todo.popleft(), report, starts.deadline))
     else:
-        context = multiprocessing.get_context("spawn")
-        events, ended = (context.Queue() if watch is not None else None), set[str]()
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_pool_worker,
-                                 initargs=(events,)) as pool:  # the pool's own processes
-            pending = {pool.submit(_run_pooled, cell) for cell in cells}
-            while pending:
-                done, pending = wait(pending, timeout=None if watch is None else 0.2, return_when=FIRST_COMPLETED)
+        _run_pool(todo, jobs, keep, keep_going, watch, starts)
+    if starts.timed_out() and not (starts.failed and not keep_going):
+        for cell in todo:
+            keep(not_started(cell))
+
+
+def _run_pool(todo: deque[Cell], jobs: int, keep: Callable[[CellOutcome], None], keep_going: bool,
+              watch: GridWatch | None, starts: Starts) -> None:
+    """Cells from ``todo`` in ``jobs`` worker processes, each submitted as a process frees up while
+    ``starts`` allows (those left stay in ``todo``)."""
+    context = multiprocessing.get_context("spawn")
+    events, ended = (context.Queue() if watch is not None else None), set[str]()
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_pool_worker,
+                             initargs=(events,)) as pool:  # the pool's own processes
+        running: set[Future[CellOutcome]] = set()
+        while True:
+            while todo and len(running) < jobs and starts.open(keep_going):
+                running.add(pool.submit(_run_pooled, todo.popleft(), starts.deadline))
+            if not running:
+                return
+            done, running = wait(running, timeout=None if watch is None else 0.2, return_when=FIRST_COMPLETED)
+            if watch is not None:
+                deliver(events, watch, ended)
+            for future in done:
+                outcome = future.result()
                 if watch is not None:
-                    deliver(events, watch, ended)
-                for future in done:
-                    outcome = future.result()
-                    if watch is not None:
-                        deliver(events, watch, ended, until_end_of=outcome.cell.label)
-                    keep(outcome)
-                if not keep_going and any(o.status == "failed" for o in outcomes):
-                    for future in pending:
-                        future.cancel()
-                    pending = {f for f in pending if not f.cancelled()}
+                    deliver(events, watch, ended, until_end_of=outcome.cell.label)
+                keep(outcome)

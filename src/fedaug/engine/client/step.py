@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedaug.methods.component import Batch, ClientCtx, Component, Runner, State, transform_inputs
-from fedaug.methods.recipe import Recipe, overrides, replaces
+from fedaug.methods.recipe import Recipe, defining_class, overrides, replaces
 from fedaug.models.walk import trainable
 
 #: each client hook a component may override, and its step form (``None``: none exists; ``""``: the hook
@@ -62,11 +62,6 @@ STEP_HOOKS = ("forward", "task_loss", "loss_terms", "before_step", "step", "grou
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 
-def _owner(cls: type, attr: str) -> type:
-    """The class of ``cls``'s MRO that defines ``attr``."""
-    return next(k for k in cls.__mro__ if attr in vars(k))
-
-
 def step_blocker(c: Component) -> str:
     """Why ``c``'s client steps cannot run grouped or captured (``""``: they can): its own
     :meth:`~fedaug.methods.component.Component.group_blocker`, or a client hook it overrides below both the
@@ -77,9 +72,13 @@ def step_blocker(c: Component) -> str:
     if why:
         return why
     cls = type(c)
-    vouched = _owner(cls, "group_blocker")
-    missing = [hook for hook, form in STEP_FORMS.items() if overrides(c, hook) and form != "" and (
-        form is None or not (issubclass(_owner(cls, form), _owner(cls, hook)) or issubclass(vouched, _owner(cls, hook))))]
+    vouched = defining_class(cls, "group_blocker")
+
+    def vouched_for(hook: str, form: str | None) -> bool:
+        own = defining_class(cls, hook)
+        return form is not None and any(issubclass(k, own) for k in (defining_class(cls, form), vouched))
+
+    missing = [h for h, form in STEP_FORMS.items() if overrides(c, h) and form != "" and not vouched_for(h, form)]
     return f"it overrides {', '.join(missing)} without a step form" if missing else ""
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from fedaug.config.load import dump_toml
 from fedaug.config.schema import RunConfig, run_name
-from fedaug.core.errors import CheckpointError, FedaugError, StorageError
+from fedaug.core.errors import CheckpointError, FedaugError, RunStopped, StorageError
 from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
                                    save_tensors, to_json)
 from fedaug.engine.records.runlock import RunLock
@@ -220,7 +220,7 @@ class RunDir:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if isinstance(exc, KeyboardInterrupt) and not hasattr(exc, "run_dir"):
+        if isinstance(exc, (KeyboardInterrupt, RunStopped)) and not hasattr(exc, "run_dir"):
             exc.run_dir = str(self.path)  # type: ignore[attr-defined]  # the CLI names it: 'fedaug resume <it>'
         self.close()
 

@@ -16,6 +16,7 @@ import inspect
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from torch import nn
 from fedaug.config.load import parse_config
 from fedaug.config.schema import RunConfig, learning_rate
 from fedaug.core.device import CPU, environment, module_device, to_device
-from fedaug.core.errors import AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError
+from fedaug.core.errors import (AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError,
+                                RunStopped)
 from fedaug.core.payload import tensor_leaves, value_extremes
 from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
@@ -376,27 +378,40 @@ class Server:
 
     # --- the whole run ------------------------------------------------------------------------
     def run(self, run_dir: RunDir | None = None, progress: Progress | None = None,
-            tracker: Tracker | None = None) -> dict[str, Any]:
+            tracker: Tracker | None = None, stop: Callable[[int], bool] | None = None) -> dict[str, Any]:
         """Run the remaining rounds (with deterministic algorithms where ``cfg.deterministic`` asks,
         :func:`~fedaug.core.runtime.deterministic_algorithms`); write records to ``run_dir`` if
         given, and each round to ``tracker``'s backends (then the config and summary, and end
-        its run); return the summary."""
+        its run); return the summary.
+
+        Args:
+            stop: asked ``stop(r)`` after each round ``r`` before the last is recorded and tracked
+                (e.g. :class:`~fedaug.report.deadline.Deadline`'s watch of a time limit); ``True`` stops
+                the run there (:meth:`_stop`).
+
+        Raises:
+            RunStopped: ``stop`` said so; round ``r``'s checkpoint is saved, its tracked run ends as
+                ``KILLED`` (as an interrupted one does), no summary is written, and a resume continues from
+                round ``r + 1`` to the numbers of an uninterrupted run.
+        """
         tracker = tracker if tracker is not None else Tracker([], self.task.metric)
         try:
             with deterministic_algorithms(self.cfg.deterministic):
-                self._run_rounds(run_dir, progress, tracker)
+                self._run_rounds(run_dir, progress, tracker, stop)
             summary = self.summary(run_dir.path if run_dir is not None else None)
             if run_dir is not None:
                 run_dir.write_summary(summary)
                 tracker.log_files([run_dir.path / CONFIG, run_dir.path / SUMMARY])
         except BaseException as exc:
-            tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            tracker.close("KILLED" if isinstance(exc, (KeyboardInterrupt, RunStopped)) else "FAILED")
             raise
         tracker.close()
         return summary
 
-    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None, tracker: Tracker) -> None:
-        """Each remaining round: train, evaluate when due, record, checkpoint when due."""
+    def _run_rounds(self, run_dir: RunDir | None, progress: Progress | None, tracker: Tracker,
+                    stop: Callable[[int], bool] | None) -> None:
+        """Each remaining round: train, evaluate when due, record, checkpoint when due; stop where ``stop``
+        says so."""
         cfg = self.cfg
         total = cfg.train.rounds
         for r in range(self.round + 1, total + 1):
@@ -413,6 +428,18 @@ class Server:
             tracker.log_round(record)
             if progress is not None:
                 progress.update(r, self._progress_metric(record))
+            if stop is not None and r < total and stop(r):
+                self._stop(r, run_dir)
+
+    def _stop(self, r: int, run_dir: RunDir | None) -> None:
+        """Stop after round ``r`` (recorded): save its checkpoint where ``checkpoint_every`` skipped it.
+
+        Raises:
+            RunStopped: always, with ``r`` and the run's rounds.
+        """
+        if run_dir is not None and r % self.cfg.checkpoint_every:
+            run_dir.save_checkpoint(r, self.checkpoint(), self.cfg.keep_checkpoints)
+        raise RunStopped(r, self.cfg.train.rounds)
 
     def _progress_metric(self, record: dict[str, Any]) -> str:
         text = f"train loss {record['train']['loss']:.4f}"

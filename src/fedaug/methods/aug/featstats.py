@@ -83,7 +83,9 @@ class FeatureStatsAug(Component, abc.ABC):
             ``"mean"`` (the papers: their variance), ``"median"`` or ``"trimmed_mean"`` (a robust
             spread, :func:`~fedaug.methods.robust.robust_variance`, so that one client's outlying
             statistics cannot inflate every client's augmentation; docs/robustness.md).
-        stats_beta: the trimmed fraction of ``stats_rule="trimmed_mean"``, in [0, 0.5).
+        stats_beta: beta of ``stats_rule="trimmed_mean"``, the fraction of the clients trimmed at each
+            end: per channel, the ``floor(beta M)`` largest and smallest of the M clients' statistics are
+            dropped before the spread is taken; in [0, 0.5) (default 0.1); ignored by the other rules.
     """
 
     role = "augmentation"

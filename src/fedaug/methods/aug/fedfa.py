@@ -60,17 +60,15 @@ class FedFA(FeatureStatsAug):
             statistics averaged by the server (uniformly) and carried into the next round. Pair
             it with ``fedavg.weighting = "uniform"`` (preset ``fedfa_official``).
         eps: added to the spatial variance before the square root.
-        share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
-            (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
-        dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
-            vector to C, noise ``z C``; default off), see
-            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
+        share_noise, share_noise_scale, dp_clip, dp_noise: as
+            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         kernel: ``"off"`` (default, the pure-PyTorch path), ``"on"`` (the device's fused kernel) or
             ``"triton"`` (the Triton path); see :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
-        stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
+        stats_rule: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
             cross-client variance of Eq. 5 as a robust spread
             (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`); not with
             ``official_compat``.
+        stats_beta: as :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
 
     >>> fedfa = FedFA(p=0.5, variance="fused", at=["block1", "block2"])
     """

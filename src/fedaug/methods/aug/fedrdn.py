@@ -143,7 +143,9 @@ class FedRDN(Component):
             ``"trimmed_mean"`` (the table sent clamped to the rows' robust range, see above). A
             client whose own pair lies outside that range also trains and is evaluated with the
             clamped pair.
-        stats_beta: the trimmed fraction of ``stats_rule="trimmed_mean"``, in [0, 0.5).
+        stats_beta: beta of ``stats_rule="trimmed_mean"``, the fraction of the clients trimmed at each
+            end: per channel, the ``floor(beta M)`` largest and smallest of the M clients' statistics are
+            dropped before the range is taken; in [0, 0.5) (default 0.1); ignored by the other rules.
 
     >>> fedrdn = FedRDN(variant="random", draw="image")
     """

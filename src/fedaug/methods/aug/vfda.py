@@ -57,18 +57,15 @@ class VFDA(FeatureStatsAug):
             VFDA was its base algorithm in practice; docs/fedfa.md). Recorded in every run.
         at: module names; default the model's ``feature_stages`` (``unet3d``: the encoder).
         eps: added to the spatial variance before the square root.
-        share_noise, share_noise_scale: Gaussian noise on the uploaded running statistics
-            (:class:`~fedaug.methods.aug.featstats.FeatureStatsAug`; default none).
-        dp_clip, dp_noise: the client-level Gaussian mechanism on the uploaded statistics (clip the
-            vector to C, noise ``z C``; default off), see
-            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug` and docs/privacy.md.
+        share_noise, share_noise_scale, dp_clip, dp_noise: as
+            :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
         kernel: ``"off"`` (default, the pure-PyTorch path), ``"on"`` (the device's fused kernel) or
             ``"triton"`` (the Triton path, the only one that trains grouped: it keeps each client's
             first-batch weight and momentum in tensors); see
             :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
-        stats_rule, stats_beta: ``"mean"`` (default, Eq. 5), ``"median"`` or ``"trimmed_mean"``: the
-            global variance as a robust spread
-            (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`).
+        stats_rule: ``"mean"`` (default), ``"median"`` or ``"trimmed_mean"``: the global variance as
+            a robust spread (:meth:`~fedaug.methods.aug.featstats.FeatureStatsAug.cross_client_variance`).
+        stats_beta: as :class:`~fedaug.methods.aug.featstats.FeatureStatsAug`.
 
     >>> vfda = VFDA(noise_scale="variance", at=["enc1", "enc2"])  # Eq. 7 as printed
     """

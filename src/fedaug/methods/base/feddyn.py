@@ -31,7 +31,9 @@ class FedDyn(FedAvg):
 
     Args:
         alpha: regularisation strength (> 0, default 0.01).
-        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (the paper's average is uniform).
+        weighting: ``"samples"`` (FedAvg's default: by training-set size) or ``"uniform"``
+            (the paper's average).
+        bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     >>> feddyn = FedDyn(alpha=0.01)
     """

@@ -26,7 +26,9 @@ class FedNova(FedAvg):
     ``train.local_steps``) this is FedAvg. Buffers take FedAvg's average.
 
     Args:
-        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (``p_i = n_i / n`` by default).
+        weighting: the p_i of the normalised average: ``"samples"`` (default, ``p_i = n_i / n``)
+            or ``"uniform"``.
+        bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     Raises:
         ConfigError: (in training) the local optimiser is not SGD.

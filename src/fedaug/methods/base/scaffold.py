@@ -45,7 +45,9 @@ class SCAFFOLD(FedAvg):
     Args:
         server_lr: global step size eta_g (> 0, default 1).
         momentum_aware: divide by ``a eta_l`` (default) or by ``K eta_l``.
-        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg` (``p_i``; the paper: uniform).
+        weighting: the p_i of the server's step: ``"samples"`` (default, by training-set size) or
+            ``"uniform"`` (the paper).
+        bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
 
     Raises:
         ConfigError: (in training) the local optimiser is not SGD (option II assumes SGD steps).

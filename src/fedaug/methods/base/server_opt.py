@@ -96,6 +96,14 @@ class _Adaptive(_ServerOptimizer):
     ``m <- beta1 m + (1 - beta1) Delta``; ``v`` by :meth:`second_moment`;
     ``w <- w + server_lr * m / (sqrt(v) + tau)``; ``v`` starts at ``tau^2`` (the paper's
     ``v_{-1} >= tau^2``), no bias correction (as the paper).
+
+    Args:
+        server_lr: eta (default 0.01; the paper tunes it per task).
+        beta1: the first moment's decay (default 0.9, the paper's).
+        beta2: the second moment's decay (default 0.99, the paper's).
+        tau: the adaptivity, added to ``sqrt(v)`` in the step and ``v``'s start ``tau^2`` (default
+            1e-3, the paper's).
+        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
     """
 
     buffers = ("m", "v")
@@ -127,10 +135,7 @@ class _Adaptive(_ServerOptimizer):
 class FedAdam(_Adaptive):
     """FedAdam (Reddi et al., ICLR 2021, arXiv:2003.00295, Alg. 2): ``v <- beta2 v + (1 - beta2) Delta^2``.
 
-    Args:
-        server_lr: eta (default 0.01; the paper tunes it per task).
-        beta1, beta2, tau: 0.9, 0.99, 1e-3 (the paper's defaults).
-        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
+    Its options are :class:`_Adaptive`'s: ``server_lr``, ``beta1``, ``beta2``, ``tau``, ``weighting``, ``bn``.
 
     >>> fedadam = FedAdam(server_lr=0.01)
     """
@@ -147,10 +152,7 @@ class FedYogi(_Adaptive):
     """FedYogi (Reddi et al., ICLR 2021, arXiv:2003.00295, Alg. 2):
     ``v <- v - (1 - beta2) Delta^2 sign(v - Delta^2)``.
 
-    Args:
-        server_lr: eta (default 0.01; the paper tunes it per task).
-        beta1, beta2, tau: 0.9, 0.99, 1e-3 (the paper's defaults).
-        weighting, bn: as :class:`~fedaug.methods.base.fedavg.FedAvg`.
+    Its options are :class:`_Adaptive`'s: ``server_lr``, ``beta1``, ``beta2``, ``tau``, ``weighting``, ``bn``.
 
     >>> fedyogi = FedYogi()
     """
