@@ -66,6 +66,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         "boundary with a checkpoint, cells that would not fit are not started, the tables are "
                         "written, and the command exits with status 75; the same command continues "
                         "(docs/cluster.md: a Slurm job's wall time)")
+    p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=None,
+                   help="train the cells that share a step's shape (model, the method's step, precision) as one "
+                        "program each: every round, their sampled clients train as one batched group, each cell "
+                        "keeping its own records and run directory (docs/engine.md, 'Packed cells'; for GPUs: on a "
+                        "CPU it is slower than cells one at a time); default: the grid file's 'pack', else off")
+    p.add_argument("--pack-size", type=int, metavar="N",
+                   help="with --pack: at most N cells a pack (memory); default: every cell of one step's shape")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress on stderr (cells done / running / left, each running cell's round and ETA, "
@@ -111,6 +118,10 @@ def main(args: argparse.Namespace) -> int:
     if args.table_only and args.time_limit:
         raise ConfigError("--time-limit limits the cells' training, and --table-only trains none: drop one of them")
     spec = spec_from_args(args)
+    pack = spec.pack if args.pack is None else args.pack
+    if args.pack_size is not None and (not pack or args.pack_size < 2):
+        raise ConfigError(f"--pack-size {args.pack_size} bounds the cells of a pack: give it with --pack (or a grid "
+                          "file's pack = true), and at least 2")
     out = Path(args.out or Path("runs") / "compare" / spec.name)
     failure: CellError | None = None
     outcomes: list[CellOutcome] = []
@@ -125,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
                 outcomes = run_grid(spec, out, args.jobs, on_done=display.finished if display else None,
                                     reuse=Path(args.reuse) if args.reuse else None, keep_going=args.keep_going,
                                     watch=display, ray=RayCells(args.ray, args.ray_files) if args.ray else None,
-                                    deadline=deadline)
+                                    deadline=deadline, pack=pack, pack_size=args.pack_size,
+                                    on_plan=None if args.quiet else tell_plan)
         except CellError as exc:  # tabulate what finished, then report the failure
             failure, outcomes = exc, exc.outcomes
         where = [f"--ray {args.ray}", f"--ray-files {args.ray_files}"] if args.ray else [f"--jobs {args.jobs}"]
@@ -151,6 +163,12 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def tell_plan(lines: list[str]) -> None:
+    """The packs of a packed grid and why each other cell trains alone, on stderr."""
+    for line in lines:
+        print(f"fedaug compare: {line}", file=sys.stderr)
+
+
 def logged_command(args: argparse.Namespace, where: list[str]) -> str:
     """The invocation as ``invocations.jsonl`` records it: the grid, ``where`` it ran, and the options that
     choose and run its cells."""
@@ -162,6 +180,8 @@ def logged_command(args: argparse.Namespace, where: list[str]) -> str:
                      *([f"--reuse {args.reuse}"] if args.reuse else []),
                      *[f"--import {m}" for m in args.imports],
                      *(["--keep-going"] if args.keep_going else []),
+                     *(["--pack"] if args.pack else ["--no-pack"] if args.pack is False else []),
+                     *([f"--pack-size {args.pack_size}"] if args.pack_size else []),
                      *([f"--time-limit {args.time_limit}"] if args.time_limit else [])])
 
 

@@ -11,6 +11,7 @@ the grid sets ``seed``, ``name``, ``out_dir`` and caps ``threads``::
     base = "digits4"                 # preset or TOML file (relative to this file); default: schema defaults
     seeds = [0, 1, 2]
     baseline = "FedAvg"              # default: the first method
+    pack = true                      # train cells of one step's shape as one program (fedaug compare --pack)
     [common]                         # merged into every cell
     train.rounds = 30
     [settings."mnist held out"]      # optional; each setting runs every method x seed
@@ -42,7 +43,7 @@ from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
 
 KINDS = ("paper", "stand-in")
-FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "common", "settings",
+FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "pack", "common", "settings",
              "methods")
 #: keys the grid itself sets in every cell
 RESERVED = ("seed", "name", "out_dir")
@@ -89,6 +90,7 @@ class GridSpec:
         root: directory that a relative ``base`` path, and relative ``imports`` of the grid's tables,
             are resolved against.
         imports: modules every cell imports (``--import``; added to each cell's ``imports``).
+        pack: whether ``fedaug compare`` packs the grid's cells by default (``--pack``, :mod:`fedaug.report.packing`).
     """
 
     name: str
@@ -105,6 +107,7 @@ class GridSpec:
     notes: str = ""
     root: Path = Path(".")
     imports: list[str] = field(default_factory=list)
+    pack: bool = False
 
     def base_raw(self) -> dict[str, Any]:
         """The base config as a nested dict (a preset, a TOML file or ``{}``)."""
@@ -179,6 +182,8 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
     for key in ("description", "kind", "reproduces", "notes", "base", "baseline"):
         if key in raw and not isinstance(raw[key], str):
             problems.append(f"'{key}' must be a string, got {raw[key]!r}")
+    if not isinstance(raw.get("pack", False), bool):
+        problems.append(f"'pack' must be true or false, got {raw['pack']!r}")
     kind = raw.get("kind", "")
     if kind and kind not in KINDS:
         problems.append(f"'kind' must be one of {', '.join(KINDS)}, got {kind!r}{suggest(str(kind), KINDS)}")
@@ -218,7 +223,7 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
     spec = GridSpec(name=name, methods=methods, seeds=seeds, base=base, common=common, settings=settings,
                     baseline=baseline, overrides=list(overrides), description=raw.get("description", ""),
                     kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root,
-                    imports=list(imports))
+                    imports=list(imports), pack=raw.get("pack", False))
     check_cells(spec)
     return spec
 

@@ -18,18 +18,27 @@ can a cell whose key no other cell shares.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
 
 from torch import nn
 
+from fedaug.config.load import parse_config, read_toml
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import FedaugError
+from fedaug.core.runtime import torch_threads
 from fedaug.engine.client.step import in_step, step_blocker
+from fedaug.engine.fleet.packed import Pack, PackSlot
+from fedaug.engine.records.progress import RoundUpdate
+from fedaug.engine.records.rundir import CONFIG, SUMMARY
 from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
 from fedaug.models.registry import build_model
-from fedaug.report.runner import Cell
+from fedaug.report.deadline import Deadline, RoundWatch
+from fedaug.report.runner import Cell, CellOutcome, Report, Unit, claim, compute, find_run, settle
 
 #: the configuration every cell of a pack shares (beside the method's options that are not free)
 SHARED = ("imports", "device", "precision", "deterministic", "threads")
@@ -107,3 +116,110 @@ def plan_packs(cells: Sequence[tuple[Cell, RunConfig]], size: int | None = None)
                 alone.append((part[0], "no other cell left to train with it" if len(members) > 1 else
                               "no other cell of the grid has its step's shape (model, method, precision, threads)"))
     return PackPlan(packs, alone)
+
+
+def training_config(cell: Cell) -> RunConfig | None:
+    """The config ``cell`` would train with (its run's stored one where it has begun), or ``None`` where it needs
+    no training (its run is finished, or a finished run is copied in) or its config cannot be read (then
+    :func:`~fedaug.report.runner.run_cell` reports it)."""
+    run = find_run(cell.dir)
+    if run is not None and (run / SUMMARY).is_file() or run is None and cell.reuse is not None:
+        return None
+    try:
+        return parse_config(read_toml(run / CONFIG)) if run is not None else parse_config(cell.raw)
+    except (FedaugError, OSError, ValueError):
+        return None
+
+
+def pack_units(cells: Sequence[Cell], size: int | None = None) -> tuple[list[Unit], PackPlan]:
+    """The units of work of a packed grid: each pack (:func:`plan_packs` of the cells that train) where its first
+    cell stands, and every other cell alone, in the grid's order; with the plan."""
+    trains = [(cell, cfg) for cell in cells if (cfg := training_config(cell)) is not None]
+    plan = plan_packs(trains, size)
+    first = {id(p[0]): tuple(p) for p in plan.packs}
+    packed = {id(c) for p in plan.packs for c in p}
+    units: list[Unit] = [first.get(id(c), c) for c in cells if id(c) not in packed or id(c) in first]
+    return units, plan
+
+
+class OnePerRound:
+    """A pack's one time-limit decision per round (:class:`~fedaug.report.deadline.RoundWatch`, asked by the first
+    cell to finish the round; the others get its answer), so that the cells of a pack stop at one round and
+    resume as the same pack."""
+
+    def __init__(self, watch: RoundWatch) -> None:
+        self.watch, self.said = watch, dict[int, bool]()
+
+    def __call__(self, round: int) -> bool:
+        if round not in self.said:
+            self.said[round] = self.watch(round)
+        return self.said[round]
+
+
+def run_pack(cells: Sequence[Cell], report: Report | None = None, deadline: Deadline | None = None,
+             max_group: int | None = None) -> list[CellOutcome]:
+    """Run, resume or skip the cells of a pack (in this process), as :func:`~fedaug.report.runner.run_cell` does
+    each: every cell's lock claimed and its finished or reused run settled first, then the others trained as one
+    program (:class:`~fedaug.engine.fleet.packed.Pack`) at their thread count, each with its own records and run
+    directory; a cell that fails (any error in its run) fails alone, with its message.
+
+    Args:
+        report: as :func:`~fedaug.report.runner.run_cell`'s, for each cell.
+        deadline: a time limit: the pack stops at one round boundary where its next round would not fit.
+        max_group: the most clients a batched group holds (:class:`~fedaug.engine.fleet.packed.Pack`).
+
+    Returns:
+        Each cell's outcome, in ``cells``' order.
+    """
+    outcomes: dict[int, CellOutcome] = {}
+    claimed, todo = [], []
+    try:
+        for k, cell in enumerate(cells):
+            if not claim(cell.dir / ".lock"):
+                outcomes[k] = CellOutcome(cell, "busy", None, 0.0)
+                continue
+            claimed.append(cell.dir / ".lock")
+            try:
+                settled = settle(cell)
+            except FedaugError as exc:
+                settled = CellOutcome(cell, "failed", None, 0.0, str(exc))
+            if settled is not None:
+                outcomes[k] = settled
+            else:
+                todo.append(k)
+        if todo:
+            trained = _train([cells[k] for k in todo], report, deadline, max_group)
+            outcomes.update(zip(todo, trained))
+    finally:
+        for lock in claimed:
+            lock.unlink(missing_ok=True)
+    return [outcomes[k] for k in range(len(cells))]
+
+
+def _train(cells: list[Cell], report: Report | None, deadline: Deadline | None,
+           max_group: int | None) -> list[CellOutcome]:
+    """The pack's training: each cell's :func:`~fedaug.report.runner.compute` in a run of one pack."""
+    watch = deadline.watch() if deadline is not None else None
+    stop = OnePerRound(watch) if watch is not None else None
+    t0 = time.perf_counter()
+
+    def body(slot: PackSlot, cell: Cell) -> CellOutcome:
+        def note(kind: str, update: RoundUpdate | None = None) -> None:
+            if report is not None:
+                report(cell.label, kind, update)
+
+        try:
+            return compute(cell, cell.dir, note, partial(note, "round"), stop, slot.train)
+        finally:
+            note("end")
+
+    threads = training_config(cells[0])
+    with torch_threads(threads.threads if threads is not None else cells[0].raw["threads"]):
+        results: list[Any] = Pack(max_group).run([partial(body, cell=c) for c in cells])
+    out = []
+    for cell, result in zip(cells, results):
+        if isinstance(result, BaseException):
+            message = str(result) if isinstance(result, FedaugError) else f"{type(result).__name__}: {result}"
+            result = CellOutcome(cell, "failed", None, time.perf_counter() - t0, message)
+        out.append(replace(result, first_round_s=watch.first) if watch is not None else result)
+    return out

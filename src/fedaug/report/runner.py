@@ -38,6 +38,7 @@ import shutil
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -51,6 +52,7 @@ from fedaug.core.runtime import available_cores, configure_process, torch_thread
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records.progress import RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir
+from fedaug.engine.fleet.inprocess import Trainer
 from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
 from fedaug.report.deadline import Deadline, RoundWatch, now
@@ -337,12 +339,15 @@ def settle(cell: Cell) -> CellOutcome | None:
 
 
 def compute(cell: Cell, where: Path, note: Callable[[str], None],
-            on_round: Callable[[RoundUpdate], None], stop: Callable[[int], bool] | None = None) -> CellOutcome:
+            on_round: Callable[[RoundUpdate], None], stop: Callable[[int], bool] | None = None,
+            trainer: Trainer | None = None) -> CellOutcome:
     """Train a cell that :func:`settle` left: resume its run found in ``where`` (at the thread count it
     started with), or run it anew there. ``where`` is the cell's directory, or (a Ray node that does not
     see it) a directory of the node's own whose run directory goes to the cell's afterwards; the run's
     ``config.toml`` names the cell's directory either way. ``stop`` is the run's
-    (:meth:`~fedaug.engine.server.loop.Server.run`): where it says so, the outcome is ``"stopped"``.
+    (:meth:`~fedaug.engine.server.loop.Server.run`): where it says so, the outcome is ``"stopped"``. ``trainer``
+    (a pack's slot, :mod:`fedaug.report.packing`) trains its clients with other cells'; the pack has set the
+    thread count.
 
     Raises:
         FedaugError: the run failed.
@@ -352,12 +357,14 @@ def compute(cell: Cell, where: Path, note: Callable[[str], None],
     note("start")
     try:
         if existing is not None:
-            with torch_threads(parse_config(read_toml(existing / CONFIG)).threads):  # the thread count it started with
-                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round, stop=stop)
+            threads = parse_config(read_toml(existing / CONFIG)).threads  # the thread count it started with
+            with torch_threads(threads) if trainer is None else nullcontext():
+                _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round, stop=stop,
+                                           trainer=trainer)
             return CellOutcome(cell, "resumed", str(run.path), time.perf_counter() - t0)
-        with torch_threads(cell.raw["threads"]):
+        with torch_threads(cell.raw["threads"]) if trainer is None else nullcontext():
             _, made = run_experiment(parse_config(cell.raw), quiet=True, tags=cell.tags, on_round=on_round,
-                                     out_dir=None if where == cell.dir else str(where), stop=stop)
+                                     out_dir=None if where == cell.dir else str(where), stop=stop, trainer=trainer)
     except RunStopped as exc:
         return CellOutcome(cell, "stopped", getattr(exc, "run_dir", None), time.perf_counter() - t0,
                            round=exc.round, rounds=exc.rounds)
@@ -375,6 +382,25 @@ def not_started(cell: Cell) -> CellOutcome:
                        rounds=parse_config(cell.raw).train.rounds)
 
 
+#: what one worker of a grid runs at once: a cell, or a pack of cells trained as one program
+#: (:func:`fedaug.report.packing.run_pack`)
+Unit = Cell | tuple[Cell, ...]
+
+
+def cells_of(unit: Unit) -> tuple[Cell, ...]:
+    """The cells of a unit."""
+    return (unit,) if isinstance(unit, Cell) else unit
+
+
+def run_unit(unit: Unit, report: Report | None = None, deadline: Deadline | None = None) -> list[CellOutcome]:
+    """:func:`run_cell` of a cell, :func:`~fedaug.report.packing.run_pack` of a pack: each cell's outcome."""
+    if isinstance(unit, Cell):
+        return [run_cell(unit, report, deadline)]
+    from fedaug.report.packing import run_pack
+
+    return run_pack(unit, report, deadline)
+
+
 #: a pool worker process's queue to the grid's process (set by :func:`_start_pool_worker`; None: no watch)
 _EVENTS: Any = None
 
@@ -386,10 +412,10 @@ def _start_pool_worker(events: Any) -> None:
     _EVENTS = events
 
 
-def _run_pooled(cell: Cell, deadline: Deadline | None) -> CellOutcome:
-    """:func:`run_cell` in a pool worker, its reports sent to the grid's process."""
+def _run_pooled(unit: Unit, deadline: Deadline | None) -> list[CellOutcome]:
+    """:func:`run_unit` in a pool worker, its reports sent to the grid's process."""
     events = _EVENTS
-    return run_cell(cell, None if events is None else lambda *event: events.put(event), deadline)
+    return run_unit(unit, None if events is None else lambda *event: events.put(event), deadline)
 
 
 def deliver(events: Any, watch: GridWatch, ended: set[str], until_end_of: str | None = None) -> None:
@@ -443,7 +469,8 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
              on_done: Callable[[int, int, CellOutcome], None] | None = None,
              reuse: Path | None = None, keep_going: bool = False,
              watch: GridWatch | None = None, ray: RayCells | None = None,
-             deadline: float | None = None, clock: Callable[[], float] = now) -> list[CellOutcome]:
+             deadline: float | None = None, clock: Callable[[], float] = now, pack: bool = False,
+             pack_size: int | None = None, on_plan: Callable[[list[str]], None] | None = None) -> list[CellOutcome]:
     """Run every cell not yet finished, ``jobs`` at a time (worker processes when ``jobs > 1``), or as
     tasks on a Ray cluster (``ray``: as many at once as its resources allow, :mod:`fedaug.report.ray_cells`).
 
@@ -467,6 +494,10 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
             tables (:meth:`~fedaug.report.deadline.Deadline.until`). The same call continues the grid.
         clock: the time now, for ``deadline`` (:func:`~fedaug.report.deadline.now`; picklable, for worker
             processes).
+        pack: train the cells that share a step's shape as one program each (:mod:`fedaug.report.packing`; a
+            pack is one unit of work, in this process or one worker process); ``on_plan`` is told the packs
+            and, for each cell that trains alone, why (:meth:`~fedaug.report.packing.PackPlan.describe`).
+        pack_size: the most cells a pack holds (``None``: every cell of one step's shape).
 
     Returns:
         Every cell's outcome, in completion order.
@@ -479,6 +510,9 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
     if ray is not None and jobs != 1:
         raise ConfigError(f"--jobs {jobs} runs cells in processes of this machine; with --ray the cluster runs as "
                           "many cells at once as its resources allow: drop --jobs")
+    if ray is not None and pack:
+        raise ConfigError("--pack trains cells of one step's shape as one program in this machine's processes; "
+                          "with --ray the cluster runs each cell as a task: drop --pack or --ray")
     if ray is not None and deadline is not None:
         raise ConfigError("--time-limit stops cells by this machine's clock, in this machine's processes; with "
                           "--ray the cluster runs them: drop --time-limit (give the cluster's job its own limit), "
@@ -498,7 +532,14 @@ def run_grid(spec: GridSpec, out: Path, jobs: int = 1,
         run_on_ray(cells, Path(out), ray, record, keep_going, watch)
     else:
         limit = Deadline.until(deadline, clock) if deadline is not None else None
-        _run_here(cells, jobs, record, keep_going, watch, Starts(limit))
+        units: list[Unit] = list(cells)
+        if pack:
+            from fedaug.report.packing import pack_units
+
+            units, packed = pack_units(cells, pack_size)
+            if on_plan is not None:
+                on_plan(packed.describe())
+        _run_here(cells, units, jobs, record, keep_going, watch, Starts(limit))
     failed = [o for o in outcomes if o.status == "failed"]
     if len(failed) == 1:
         raise CellError(f"cell {failed[0].cell.label} failed: {failed[0].error}", outcomes)
@@ -537,37 +578,39 @@ class Starts:
         return self.deadline is not None and (self.stopped or not self.deadline.fits(self.first_round_s))
 
 
-def _run_here(cells: list[Cell], jobs: int, record: Callable[[CellOutcome], None], keep_going: bool,
-              watch: GridWatch | None, starts: Starts) -> None:
-    """:func:`run_grid`'s cells on this machine: in this process, or ``jobs`` worker processes; the cells
-    that a time limit keeps from starting are told as :func:`not_started`."""
+def _run_here(cells: list[Cell], units: list[Unit], jobs: int, record: Callable[[CellOutcome], None],
+              keep_going: bool, watch: GridWatch | None, starts: Starts) -> None:
+    """:func:`run_grid`'s cells on this machine, by units (cells and packs): in this process, or ``jobs`` worker
+    processes; the cells that a time limit keeps from starting are told as :func:`not_started`."""
     def keep(outcome: CellOutcome) -> None:
         starts.note(outcome)
         record(outcome)
 
     if watch is not None:
         watch.planned(cells, jobs)
-    todo = deque(cells)
+    todo = deque(units)
     if jobs == 1:
         report = None if watch is None else partial(_tell, watch)
         while todo and starts.open(keep_going):
-            keep(run_cell(todo.popleft(), report, starts.deadline))
+            for outcome in run_unit(todo.popleft(), report, starts.deadline):
+                keep(outcome)
     else:
         _run_pool(todo, jobs, keep, keep_going, watch, starts)
     if starts.timed_out() and not (starts.failed and not keep_going):
-        for cell in todo:
-            keep(not_started(cell))
+        for unit in todo:
+            for cell in cells_of(unit):
+                keep(not_started(cell))
 
 
-def _run_pool(todo: deque[Cell], jobs: int, keep: Callable[[CellOutcome], None], keep_going: bool,
+def _run_pool(todo: deque[Unit], jobs: int, keep: Callable[[CellOutcome], None], keep_going: bool,
               watch: GridWatch | None, starts: Starts) -> None:
-    """Cells from ``todo`` in ``jobs`` worker processes, each submitted as a process frees up while
-    ``starts`` allows (those left stay in ``todo``)."""
+    """Units (cells, packs) from ``todo`` in ``jobs`` worker processes, each submitted as a process frees up
+    while ``starts`` allows (those left stay in ``todo``)."""
     context = multiprocessing.get_context("spawn")
     events, ended = (context.Queue() if watch is not None else None), set[str]()
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_pool_worker,
                              initargs=(events,)) as pool:  # the pool's own processes
-        running: set[Future[CellOutcome]] = set()
+        running: set[Future[list[CellOutcome]]] = set()
         while True:
             while todo and len(running) < jobs and starts.open(keep_going):
                 running.add(pool.submit(_run_pooled, todo.popleft(), starts.deadline))
@@ -577,7 +620,7 @@ def _run_pool(todo: deque[Cell], jobs: int, keep: Callable[[CellOutcome], None],
             if watch is not None:
                 deliver(events, watch, ended)
             for future in done:
-                outcome = future.result()
-                if watch is not None:
-                    deliver(events, watch, ended, until_end_of=outcome.cell.label)
-                keep(outcome)
+                for outcome in future.result():
+                    if watch is not None:
+                        deliver(events, watch, ended, until_end_of=outcome.cell.label)
+                    keep(outcome)
