@@ -23,7 +23,8 @@ def setting(num_methods: int, num_clients: int, acc: float, spread: float = 0.05
     """A setting of ``fedaug.report.results.summarize`` with what the figures read: method ``k``'s client ``j``
     scores ``acc - spread * j - 0.01 * k`` and sends ``mb[k]`` MB a run."""
     methods = {NAMES[k]: {"n": 1, "final": stat(acc - 0.01 * k), "comm_bytes": {"total": 1e6 * mb[k]},
-                          "clients_final": {f"client{j}": stat(acc - spread * j - 0.01 * k) for j in range(num_clients)}}
+                          "clients_final": {f"client{j}": stat(acc - spread * j - 0.01 * k)
+                                            for j in range(num_clients)}}
                for k in range(num_methods)}
     return {"methods": methods, "clients": [f"client{j}" for j in range(num_clients)], "metric": "acc"}
 
@@ -50,7 +51,8 @@ def test_the_per_client_legend_covers_no_bar_and_stays_in_the_figure(num_methods
     bars = [p.get_window_extent(renderer) for p in ax.patches]
     assert len(bars) == num_methods * (num_clients + 1)  # each client and the mean, per method
     assert not [b for b in bars if b.overlaps(legend)]
-    assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0 <= legend.y1 <= fig.bbox.y1
+    page = fig.bbox
+    assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0 and legend.y1 <= page.y1
 
 
 @pytest.mark.parametrize(("num_methods", "acc", "mb"), [

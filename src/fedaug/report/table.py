@@ -209,11 +209,12 @@ COLUMNS_NOTE = (
     "final: the last evaluated round; best: the round with the highest mean-over-clients metric on the "
     "split in `eval.best_by` (its test value is shown). Values are the unweighted mean over clients, "
     "then mean ± sample std over seeds (a cell of one seed shows its value alone). Δ: mean of the per-seed "
-    "differences from the baseline (points); p: two-sided paired t-test over the seeds both ran (n/a below 2 pairs). comm: bytes sent down and "
-    "up over all rounds (records' `comm`), mean per run; time: training + evaluation seconds per run. "
-    "Across clients at the final round: std over clients (population), the worst client and the mean of the "
-    "worst 10 % of clients (at least one), each mean ± std over seeds; fine-tuned: the mean over clients "
-    "after each client fine-tuned the global model locally (`eval.finetune_steps`)."
+    "differences from the baseline (points); p: two-sided paired t-test over the seeds both ran (n/a below "
+    "2 pairs). comm: bytes sent down and up over all rounds (records' `comm`), mean per run; time: "
+    "training + evaluation seconds per run. Across clients at the final round: std over clients "
+    "(population), the worst client and the mean of the worst 10 % of clients (at least one), each mean ± "
+    "std over seeds; fine-tuned: the mean over clients after each client fine-tuned the global model "
+    "locally (`eval.finetune_steps`)."
 )
 
 
