@@ -1,5 +1,5 @@
-"""The README's Python quickstart runs as written, and its main-job table and times are those of the
-archived run it quotes, on the CPU it names (issue 50)."""
+"""The README's Python quickstart runs as written, and its main-job figures are those of the record of the current
+code's main job (``results/main_digits4.json``, written by ``experiments/main_job.py``; issues 50 and 61)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.experiments.scripts import load_script
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -21,65 +23,46 @@ def test_readme_python_quickstart_runs(tmp_path):
     assert "'test_acc'" in out.stdout
 
 
-# --- the main job's table (issue 50): numbers the README can stand behind ---------------------------
+# --- the main job's figures (issues 50, 61): the record of the current code's run ---------------------
 
-RESULTS = README.parent / "results" / "fedrdn_table1_digits4"
-#: the README's rows -> the archived cells they quote: (setting, method) of grid fedrdn_table1_digits4, seed 0
-QUOTED = {"FedAvg": ("FedAvg", "none"), "FedAvg + FedRDN": ("FedAvg", "+ FedRDN")}
-
-
-def main_job_table() -> tuple[list[str], dict[str, list[str]]]:
-    """The README's table of the main job: its client columns and each row's cells."""
+def test_the_readme_figures_are_the_main_job_record():
+    """The README's block of figures is what experiments/main_job.py writes from the record: the table of the
+    entry the record names, where (commit, CPU, capability, threads) and how long it ran, the other entries."""
+    main_job = load_script("main_job")
+    record = json.loads(main_job.RECORD.read_text())
     text = README.read_text()
-    header = re.search(r"^\| test accuracy, final round \(%\) \|(.*)\|$", text, flags=re.M)
-    assert header, "the README has no main-job table"
-    columns = [c.strip() for c in header.group(1).split("|")]
-    rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
-            for m in re.finditer(r"^\| (FedAvg(?: \+ FedRDN)?) \|(.*)\|$", text, flags=re.M)}
-    return columns, rows
+    assert main_job.with_block(text, main_job.readme_block(record)) == text
+    table = main_job.table(record["machines"][record["readme"]])
+    assert table[0] == "| test accuracy, final round (%) | mnist | usps_like | mnistm_like | synth_like | mean | worst client |"
 
 
-def archived(label: str) -> Path:
-    from fedaug.report.runner import cell_dir, find_run
+def test_the_record_is_of_make_runs_cells_and_names_its_code(tmp_path):
+    """Every entry of the record is of the cells `make run` computes today (the same resolved configs), names its
+    commit and date, and is filed under its CPU model, capability and thread count."""
+    from fedaug.report.runner import config_key
 
-    setting, method = QUOTED[label]
-    run = find_run(cell_dir(RESULTS, setting, method, 0))
-    assert run is not None and (run / "summary.json").is_file(), f"no finished archived run for {label}"
-    return run
-
-
-def test_the_readme_table_is_the_archived_run_it_quotes():
-    columns, rows = main_job_table()
-    assert columns[-2:] == ["mean", "worst client"] and set(rows) == set(QUOTED)
-    clients = columns[:-2]
-    base: tuple[float, float] | None = None
-    for label in ("FedAvg", "FedAvg + FedRDN"):
-        final = json.loads((archived(label) / "summary.json").read_text())["final"]["eval"]
-        accs = [100 * final["clients"][c]["test"]["acc"] for c in clients]
-        mean, worst = 100 * final["mean"]["test_acc"], min(accs)
-        expected = [f"{a:.2f}" for a in accs] + [f"{mean:.2f}", f"{worst:.2f}"]
-        if base is not None:
-            expected[-2] += f" ({mean - base[0]:+.2f})"
-            expected[-1] += f" ({worst - base[1]:+.2f})"
-        assert rows[label] == expected, label
-        base = (mean, worst)
+    main_job = load_script("main_job")
+    cells = main_job.main_cells(tmp_path)
+    record = json.loads(main_job.RECORD.read_text())
+    assert record["grid"] == main_job.GRID and record["readme"] in record["machines"]
+    for key, entry in record["machines"].items():
+        assert key == main_job.machine_key(entry["cpu"], entry["cpu_capability"], entry["threads"])
+        assert entry["cells"].keys() == cells.keys()
+        for label, cell in entry["cells"].items():
+            assert cell["config_key"] == config_key(cells[label].raw), (key, label)
+            assert len(cell["records"]) == main_job.ROUNDS
+        assert re.fullmatch(r"[0-9a-f]{7,40}", entry["commit"]) and re.fullmatch(r"\d{4}-\d\d-\d\d", entry["date"])
 
 
-def test_the_readme_names_the_cpu_and_times_of_the_archived_run_and_make_run_computes_that_run(tmp_path):
-    from fedaug.config.load import read_toml
-    from fedaug.engine.records.rundir import read_records
-    from fedaug.report.grid import load_grid
-    from fedaug.report.runner import config_mismatch, plan
-
-    text = " ".join(README.read_text().split())
-    cells = {c.method: c for c in plan(load_grid("main_digits4"), tmp_path, jobs=1)}
-    seconds = []
-    for label in QUOTED:
-        run = archived(label)
-        env = json.loads((run / "summary.json").read_text())["environment"]
-        assert (f"measured on an {env['cpu']} (torch's CPU capability {env['cpu_capability']}, torch "
-                f"{env['torch']}, {env['threads']} thread per run)") in text
-        assert config_mismatch(read_toml(run / "config.toml"), cells[label].raw) == []  # `make run`'s own cells
-        records, _ = read_records(run / "metrics.jsonl")
-        seconds.append(round(sum(r["time"]["train_s"] + r["time"].get("eval_s", 0.0) for r in records)))
-    assert f"train in {seconds[0]} s and {seconds[1]} s side by side on that {env['cpu']}" in text
+def test_the_readme_table_renders_differences_to_the_first_row():
+    """Golden values: two cells of two clients; the second row's mean and worst carry their difference to the
+    first's in percentage points."""
+    main_job = load_script("main_job")
+    entry = {"cells": {"A": {"test_acc": {"x": 0.5, "y": 0.25}, "mean_test_acc": 0.375},
+                       "B": {"test_acc": {"x": 0.40, "y": 0.35}, "mean_test_acc": 0.375 + 0.0001}}}
+    assert main_job.table(entry) == [
+        "| test accuracy, final round (%) | x | y | mean | worst client |",
+        "|---|---:|---:|---:|---:|",
+        "| A | 50.00 | 25.00 | 37.50 | 25.00 |",
+        "| B | 40.00 | 35.00 | 37.51 (+0.01) | 35.00 (+10.00) |",
+    ]

@@ -9,16 +9,20 @@ import math
 import re
 import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 from scipy import stats
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.results import Run, load_results, summarize, summarize_cell
-from fedaug.report.table import comparison_csv, comparison_tables, overview_table, results_table, write_tables
+from fedaug.report.grid import KIND_MEANINGS, KINDS, load_grid
+from fedaug.report.table import (about_blocks, comparison_csv, comparison_tables, overview_table, results_table,
+                                 write_tables)
 from fedaug.report.document import to_markdown
 
 METHODS = ("fedavg", "fedavg-lr-0.2")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def records(grid, method, seed):
@@ -173,7 +177,8 @@ def test_a_client_without_an_accepted_final_evaluation_scores_nan_and_the_cell_s
 
 def test_overview_has_a_row_per_setting_and_a_column_per_method():
     def cell(values, diff=None, p=None):
-        c = {"n": len(values), "final": {"mean": statistics.mean(values), "std": statistics.stdev(values)}}
+        c = {"n": len(values), "final": {"mean": statistics.mean(values), "std": statistics.stdev(values),
+                                         "values": values}}
         if diff is not None:
             c["vs_baseline"] = {"final": {"diff": diff, "p": p}}
         return c
@@ -235,3 +240,42 @@ def test_run_table_shows_the_spread_and_the_finetuned_figures():
     assert "| std over clients | 20.00 | 0.00 | 10.00 |  |" in table
     assert "| worst client | 50.00 | 80.00 | 75.00 |  |" in table
     assert "| mean of the worst 10 % of clients | 50.00 | 80.00 | 75.00 |  |" in table
+
+
+def test_a_cell_of_one_seed_shows_its_value_without_a_spread(tiny_grid):
+    """One seed has no spread: no "± 0.00" in any table (issue 61 item 8); two seeds keep theirs."""
+    (run,) = (tiny_grid / "default" / "fedavg" / "seed0").glob("*-*")
+    summary = summarize(load_results([run]))
+    cell = summary["settings"]["default"]["methods"]["fedavg"]
+    md = to_markdown(comparison_tables(summary))
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert cell["n"] == 1 and len(rows) > 6 and not [row for row in rows if "±" in row]
+    final = json.loads((run / "summary.json").read_text())["final"]["eval"]
+    assert f"| fedavg | 1 | {100 * final['mean']['test_acc']:.2f} | baseline |" in md
+    assert f"| {100 * final['clients']['client2']['test']['acc']:.2f} |" in md
+    assert "one seed: its value" in md
+    two = to_markdown(comparison_tables(summarize(load_results([tiny_grid]))))
+    assert re.search(r"\| FedAvg \| 2 \| \d+\.\d\d ± \d+\.\d\d \|", two)
+
+
+def grid_file_of_the_docs() -> str:
+    """The grid file that docs/compare_and_report.md ("Grid files") gives as the template to copy."""
+    text = (ROOT / "docs" / "compare_and_report.md").read_text()
+    return re.search(r"## Grid files\n\n```toml\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_user_grid_of_either_kind_is_not_said_to_run_on_data_fedaug_provides(tmp_path, kind):
+    """The docs' template (kind = "stand-in"), copied as a user would, and its "paper" variant: the table
+    states the kind as the grid declares it, and nothing about where the data come from."""
+    path = tmp_path / "my_grid.toml"
+    path.write_text(grid_file_of_the_docs().replace('kind = "stand-in"', f'kind = "{kind}"'))
+    (line,) = [b.text for b in about_blocks(load_grid(str(path)).meta(), []) if b.text.startswith("Kind:")]
+    assert line == f"Kind: {kind} ({KIND_MEANINGS[kind]})."
+    assert "as the grid declares" in line and "fedaug" not in line and "offline" not in line
+
+
+def test_a_kind_without_a_meaning_is_shown_as_it_is():
+    (line,) = [b.text for b in about_blocks({"kind": "sketch", "seeds": [0], "baseline": "A"}, [])
+               if b.text.startswith("Kind:")]
+    assert line == "Kind: sketch."

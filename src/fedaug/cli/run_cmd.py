@@ -59,9 +59,9 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
-    """Write the report (the run's name as literal Markdown; the rounds with rejections, drop-outs,
-    attacks or kept aggregates, if any) and add it to the run's MLflow run when ``[log]`` tracks one,
-    print the results (JSON: strict, non-finite numbers as null) and the run directory."""
+    """Write the report (the run's name as literal Markdown; the run's notices and the rounds with
+    rejections, drop-outs, attacks or kept aggregates, if any) and add it to the run's MLflow run when
+    ``[log]`` tracks one, print the results (JSON: strict, non-finite numbers as null) and the run directory."""
     from fedaug.core.serialize import to_json
     from fedaug.engine.records.rundir import REPORT
     from fedaug.engine.records.tracking import log_run_files
@@ -71,8 +71,9 @@ def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
 
     table = results_table(summary)
     incidents = run_incidents(run_dir.rounds())
-    extra = (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
-             if incidents else "")
+    extra = "".join(f"\n## Notice (round {n['round']})\n\n{md_text(n['text'])}\n" for n in summary["notices"])
+    extra += (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
+              if incidents else "")
     run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n{extra}")
     log_run_files(run_dir.path, [run_dir.path / REPORT])
     if fmt == "json":

@@ -55,9 +55,9 @@ def curves_png(setting: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
-def client_bars_png(setting: dict[str, Any], which: str = "final") -> bytes:
+def client_bars_figure(setting: dict[str, Any], which: str = "final") -> Any:
     """Grouped bars: each client's test metric (and the mean over clients) per method, mean over
-    seeds with ± std error bars."""
+    seeds with ± std error bars; the legend beside the axes, where it covers no bar."""
     methods = [(k, m, c) for k, (m, c) in enumerate(setting["methods"].items()) if c["n"] > 0]
     groups = [*setting["clients"], "mean"]
     fig, (ax,) = _figure(max(7.0, 0.9 * len(groups) * max(len(methods), 1) / 2 + 2), 3.6)
@@ -71,29 +71,52 @@ def client_bars_png(setting: dict[str, Any], which: str = "final") -> bytes:
     ax.set_xticks(np.arange(len(groups)), groups, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"test {setting['metric']} at the {which} round (%)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    return _png(fig)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
 
 
-def comm_png(setting: dict[str, Any]) -> bytes:
+def client_bars_png(setting: dict[str, Any], which: str = "final") -> bytes:
+    """:func:`client_bars_figure` as PNG bytes."""
+    return _png(client_bars_figure(setting, which))
+
+
+def comm_figure(setting: dict[str, Any]) -> Any:
     """Communication vs accuracy: bytes up + down per run (MB) against the final mean-over-clients
-    test metric (mean ± std over seeds), one labelled point per method."""
+    test metric (mean ± std over seeds), one labelled point per method (:func:`label_points`)."""
     fig, (ax,) = _figure(7.0, 3.6)
-    totals = []
+    points = []
     for k, (method, c) in enumerate(setting["methods"].items()):
         if c["n"] == 0:
             continue
         mb = c["comm_bytes"]["total"] / 1e6
-        totals.append(mb)
+        points.append((mb, 100 * c["final"]["mean"], method))
         ax.errorbar([mb], [100 * c["final"]["mean"]], yerr=[100 * c["final"]["std"]], fmt="o", color=_colour(k),
                     capsize=3, label=method)
-        ax.annotate(method, (mb, 100 * c["final"]["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    totals = [mb for mb, _, _ in points]
     if totals and min(totals) > 0 and max(totals) / min(totals) > 20:
         ax.set_xscale("log")
+    label_points(ax, points)
     ax.set_xlabel("communication per run, up + down (MB)")
     ax.set_ylabel(f"final mean client test {setting['metric']} (%)")
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return fig
+
+
+def comm_png(setting: dict[str, Any]) -> bytes:
+    """:func:`comm_figure` as PNG bytes."""
+    return _png(comm_figure(setting))
+
+
+def label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
+    """Write each ``(x, y, text)`` beside its point on ``ax``, on the side towards the middle of the
+    axes (left of a point in the right half, below a point in the upper half), so that a label runs
+    into the plot, never past its edges. Call it once the axes' scales and data are set."""
+    ax.autoscale_view()  # the data limits, before any position is read
+    to_axes = ax.transData + ax.transAxes.inverted()
+    for x, y, text in points:
+        fx, fy = to_axes.transform((x, y))
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(5 if fx < 0.5 else -5, 4 if fy < 0.5 else -4),
+                    ha="left" if fx < 0.5 else "right", va="bottom" if fy < 0.5 else "top", fontsize=8)
 
 
 def settings_png(summary: dict[str, Any], which: str = "final") -> bytes:

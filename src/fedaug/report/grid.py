@@ -42,7 +42,12 @@ from fedaug.data.registry import check_dataset_options
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
 
-KINDS = ("paper", "stand-in")
+#: a grid's ``kind`` -> what the tables and reports say it means; as the grid file declares it, for any
+#: grid, fedaug's or a user's, so it says nothing of where the data come from (the description and notes do)
+KIND_MEANINGS = {"paper": "the paper's setting, as the grid declares: the paper's datasets and scale",
+                 "stand-in": "a scaled stand-in for a published setting, as the grid declares: other data or a "
+                             "smaller scale than the paper's"}
+KINDS = tuple(KIND_MEANINGS)
 FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "pack", "common", "settings",
              "methods")
 #: keys the grid itself sets in every cell

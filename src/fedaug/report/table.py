@@ -11,7 +11,7 @@ from typing import Any
 
 from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.document import Block, Heading, Paragraph, Table, md_text, to_markdown
-from fedaug.report.grid import DEFAULT_SETTING
+from fedaug.report.grid import DEFAULT_SETTING, KIND_MEANINGS
 from fedaug.report.results import WHICH, load_grid_results, summarize, summary_methods, summary_metric
 
 
@@ -62,8 +62,13 @@ def results_table(summary: dict[str, Any]) -> str:
 
 
 def _pm(stat: dict[str, Any] | None) -> str:
-    """``{"mean": 0.6544, "std": 0.0239}`` -> ``"65.44 ± 2.39"`` (percent)."""
-    return "-" if stat is None else f"{100 * stat['mean']:.2f} ± {100 * stat['std']:.2f}"
+    """``{"mean": 0.6544, "std": 0.0239, "values": [...]}`` -> ``"65.44 ± 2.39"`` (percent); of one value (one
+    seed) the value alone, ``"65.44"``: one run has no spread to show (its ``std`` is 0 by convention)."""
+    if stat is None:
+        return "-"
+    if len(stat["values"]) == 1:
+        return f"{100 * stat['mean']:.2f}"
+    return f"{100 * stat['mean']:.2f} ± {100 * stat['std']:.2f}"
 
 
 def _diff(test: dict[str, Any] | None) -> str:
@@ -82,9 +87,8 @@ def about_blocks(meta: dict[str, Any], missing: list[str]) -> list[Block]:
     if meta.get("description"):
         lines.append(meta["description"])
     if meta.get("kind"):
-        what = ("the paper's setting on the paper's datasets" if meta["kind"] == "paper"
-                else "a scaled stand-in on data that fedaug provides offline")
-        lines.append(f"Kind: {meta['kind']} ({what}).")
+        what = KIND_MEANINGS.get(meta["kind"])  # a grid.json edited by hand may hold another word
+        lines.append(f"Kind: {meta['kind']}" + (f" ({what})." if what else "."))
     if meta.get("reproduces"):
         lines.append(f"Reproduces: {meta['reproduces']}.")
     if meta.get("notes"):
@@ -124,7 +128,8 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
     for which in ("final", "best"):
         crow = [[method, *[_pm(c[f"clients_{which}"].get(k)) for k in s["clients"]], _pm(c[which])]
                 for method, c in s["methods"].items() if c["n"] > 0]
-        blocks.append(Paragraph(f"Per client, test {m} (%) at the {which} round, mean ± std over seeds:"))
+        blocks.append(Paragraph(f"Per client, test {m} (%) at the {which} round, mean ± std over seeds "
+                                "(one seed: its value):"))
         blocks.append(Table(["method", *s["clients"], "mean over clients"], crow))
     return blocks
 
@@ -203,12 +208,13 @@ def comparison_tables(summary: dict[str, Any]) -> list[Block]:
 COLUMNS_NOTE = (
     "final: the last evaluated round; best: the round with the highest mean-over-clients metric on the "
     "split in `eval.best_by` (its test value is shown). Values are the unweighted mean over clients, "
-    "then mean ± sample std over seeds. Δ: mean of the per-seed differences from the baseline (points); "
-    "p: two-sided paired t-test over the seeds both ran (n/a below 2 pairs). comm: bytes sent down and "
-    "up over all rounds (records' `comm`), mean per run; time: training + evaluation seconds per run. "
-    "Across clients at the final round: std over clients (population), the worst client and the mean of the "
-    "worst 10 % of clients (at least one), each mean ± std over seeds; fine-tuned: the mean over clients "
-    "after each client fine-tuned the global model locally (`eval.finetune_steps`)."
+    "then mean ± sample std over seeds (a cell of one seed shows its value alone). Δ: mean of the per-seed "
+    "differences from the baseline (points); p: two-sided paired t-test over the seeds both ran (n/a below "
+    "2 pairs). comm: bytes sent down and up over all rounds (records' `comm`), mean per run; time: "
+    "training + evaluation seconds per run. Across clients at the final round: std over clients "
+    "(population), the worst client and the mean of the worst 10 % of clients (at least one), each mean ± "
+    "std over seeds; fine-tuned: the mean over clients after each client fine-tuned the global model "
+    "locally (`eval.finetune_steps`)."
 )
 
 

@@ -91,23 +91,25 @@ def run_case(name: str) -> list[dict[str, Any]]:
     return json.loads(json.dumps(records))
 
 
-def differences(got: Any, expected: Any, path: str = "") -> list[str]:
+def differences(got: Any, expected: Any, path: str = "", *, rel_tol: float = REPLAY_RTOL,
+                abs_tol: float = REPLAY_ATOL) -> list[str]:
     """Where ``got`` differs from the record ``expected``: ``path: got != expected`` for each leaf.
 
-    Dicts must have the same keys and lists the same length; floats agree within :data:`REPLAY_RTOL`
-    (relative) or :data:`REPLAY_ATOL`; every other leaf (int, str, bool, None) is equal exactly. An int
+    Dicts must have the same keys and lists the same length; floats agree within ``rel_tol`` (relative) or
+    ``abs_tol`` (both 0: bit for bit); every other leaf (int, str, bool, None) is equal exactly. An int
     never equals a float (``3 != 3.0``: a count that became a mean is a change).
     """
+    tol = {"rel_tol": rel_tol, "abs_tol": abs_tol}
     if isinstance(expected, dict) and isinstance(got, dict):
         if got.keys() != expected.keys():
             return [f"{path or '/'}: keys {sorted(got)} != {sorted(expected)}"]
-        return [d for k in expected for d in differences(got[k], expected[k], f"{path}/{k}")]
+        return [d for k in expected for d in differences(got[k], expected[k], f"{path}/{k}", **tol)]
     if isinstance(expected, list) and isinstance(got, list):
         if len(got) != len(expected):
             return [f"{path or '/'}: {len(got)} items != {len(expected)}"]
-        return [d for i, (g, e) in enumerate(zip(got, expected)) for d in differences(g, e, f"{path}[{i}]")]
+        return [d for i, (g, e) in enumerate(zip(got, expected)) for d in differences(g, e, f"{path}[{i}]", **tol)]
     if type(got) is float and type(expected) is float:
-        same = math.isclose(got, expected, rel_tol=REPLAY_RTOL, abs_tol=REPLAY_ATOL)
+        same = math.isclose(got, expected, **tol)
     else:
         same = type(got) is type(expected) and got == expected
     return [] if same else [f"{path}: {got!r} != {expected!r}"]

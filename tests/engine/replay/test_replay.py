@@ -38,11 +38,13 @@ def test_recorded_run_replays_exactly(case):
 
 
 def test_differences_name_each_leaf_that_moved_beyond_rounding():
-    """The comparison passes float32 rounding and nothing more: a float moved by 1e-4, an int that became
-    a float, a changed string and a missing key are each reported with their path."""
+    """The comparison passes float32 rounding and nothing more (with zero tolerances, nothing): a float moved by
+    1e-4, an int that became a float, a changed string and a missing key are each reported with their path."""
     expected = [{"round": 1, "loss": 1.4361262321472168, "tiny": 1e-12, "name": "fedavg", "n": 12}]
     rounding = [{"round": 1, "loss": 1.4361263910929363, "tiny": 1.5e-12, "name": "fedavg", "n": 12}]
     assert differences(rounding, expected) == []
+    assert differences(rounding, expected, rel_tol=0.0, abs_tol=0.0) == [  # bit for bit: rounding is a change
+        "[0]/loss: 1.4361263910929363 != 1.4361262321472168", "[0]/tiny: 1.5e-12 != 1e-12"]
     moved = [{"round": 1, "loss": 1.4361262321472168 * (1 + 1e-4), "tiny": 1e-12, "name": "fedbn", "n": 12.0}]
     assert differences(moved, expected) == [
         f"[0]/loss: {moved[0]['loss']!r} != 1.4361262321472168", "[0]/name: 'fedbn' != 'fedavg'", "[0]/n: 12.0 != 12"]

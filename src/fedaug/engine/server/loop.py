@@ -36,6 +36,7 @@ from fedaug.engine.client.attack import check_attack
 from fedaug.engine.server.evaluation import meters_of, meters_spec, summarize_eval
 from fedaug.engine.server.exchange import PhaseResult, exchange
 from fedaug.engine.server.finetune import finetune_senders
+from fedaug.engine.server.notices import ChanceWatch
 from fedaug.engine.protocol import FINETUNED, METERS, Fleet, Rejected
 from fedaug.engine.records.progress import Progress
 from fedaug.engine.records.rundir import CHECKPOINT_FORMAT, CONFIG, SUMMARY, RunDir, checkpoint_problem
@@ -159,6 +160,8 @@ class Server:
         self.best: dict[str, Any] | None = None
         self.last_eval: dict[str, Any] | None = None
         self.comm_total = {"down": 0, "up": 0}
+        #: gives the notice of evaluation at chance while the training loss falls (BatchNorm models)
+        self.watch = ChanceWatch.of(self.task.metric, federation.num_classes, model)
         # (eps, delta) of the components' Gaussian releases (None: no release, no record entry)
         self.accountant = run_accountant(recipe.components, federation.num_clients,
                                          clients_per_round(federation.num_clients, cfg.train.participation),
@@ -395,6 +398,8 @@ class Server:
                 round ``r + 1`` to the numbers of an uninterrupted run.
         """
         tracker = tracker if tracker is not None else Tracker([], self.task.metric)
+        if self.watch is not None and run_dir is not None and self.round:  # a resumed run: what its records saw
+            self.watch.replay(rec for rec in run_dir.rounds() if rec["round"] <= self.round)
         try:
             with deterministic_algorithms(self.cfg.deterministic):
                 self._run_rounds(run_dir, progress, tracker, stop)
@@ -421,6 +426,8 @@ class Server:
                 record["eval"] = self.evaluate(record["sampled"] if cfg.eval.clients == "sampled" else None)
                 record["time"]["eval_s"] = time.perf_counter() - t0
                 self._track_best(r, record["eval"])
+            if self.watch is not None:
+                self.watch.note(record)
             if run_dir is not None:
                 run_dir.append_round(record)
                 if r % cfg.checkpoint_every == 0 or r == total:
@@ -459,4 +466,5 @@ class Server:
             "run_dir": str(run_dir) if run_dir is not None else None,
             "data_info": self.federation.info,
             "environment": self._environment(),
+            "notices": self.watch.notices if self.watch is not None else [],
         }
