@@ -75,12 +75,19 @@ JOBS = {
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 
 
+#: a method of --executions: its base and augmentations
+METHODS = {"fedavg": ("fedavg", []), "fedfa": ("fedavg", ["fedfa"]), "vfda": ("fedavg", ["vfda"]),
+           "fedrdn": ("fedavg", ["fedrdn"]), "flea": ("fedavg", ["flea"])}
+
+
 def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
-                  graph: bool = False):
+                  graph: bool = False, method: str = "fedavg", seed: int = 0):
     from fedaug.config.schema import validate
 
+    base, augs = METHODS[method]
     return validate({
-        "seed": 0, "threads": threads, "workers": workers, "device": device,
+        "seed": seed, "threads": threads, "workers": workers, "device": device,
+        "method": {"base": base, "augs": augs},
         "data": {"name": "synthetic", "options": job.data_options},
         "model": {"name": job.model},
         "train": {"rounds": rounds, "participation": job.per_round / job.num_clients, "local_steps": job.steps,
@@ -91,14 +98,18 @@ def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str
 
 
 def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
-                  graph: bool = False, losses: list[float] | None = None) -> list[tuple[float, float]]:
+                  graph: bool = False, losses: list[float] | None = None, method: str = "fedavg",
+                  pack: int = 1) -> list[tuple[float, float]]:
     """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it);
-    each client's training loss of every round is appended to ``losses``, if given."""
+    each client's training loss of every round is appended to ``losses``, if given. With ``pack > 1``, that many
+    runs (seeds 0, 1, ...) trained as one pack (:func:`packed_rounds`)."""
     from fedaug.core.runtime import configure_process
     from fedaug.engine.run import build_simulation
 
-    cfg = engine_config(job, rounds, threads, workers, device, group, graph)
+    cfg = engine_config(job, rounds, threads, workers, device, group, graph, method)
     configure_process(cfg.threads)
+    if pack > 1:
+        return packed_rounds(job, cfg, pack, rounds, device, losses)
     sim = build_simulation(cfg)
     with sim:
         times = []
@@ -108,6 +119,40 @@ def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str
             if losses is not None:
                 losses += [m["loss"] for _, m in sorted(rec["train"]["clients"].items(), key=lambda kv: int(kv[0]))]
     return times
+
+
+def packed_rounds(job: Job, cfg, pack: int, rounds: int, device: str,
+                  losses: list[float] | None) -> list[tuple[float, float]]:
+    """``pack`` runs of ``cfg`` (seeds 0, 1, ...) trained as one pack (:class:`~fedaug.engine.fleet.packed.Pack`): a
+    pack round ends when its last run ends the round; each round's (wall, CPU) seconds divided by ``pack`` (one
+    run's share: clients/s then counts every run's clients); run 0's losses appended to ``losses``."""
+    import dataclasses
+
+    from fedaug.engine.fleet.packed import Pack
+    from fedaug.engine.run import build_simulation
+
+    ends: dict[int, tuple[float, float]] = {}
+
+    def body(slot, seed: int) -> list[dict]:
+        sim = build_simulation(dataclasses.replace(cfg, seed=seed), trainer=slot.train)
+        records = []
+        with sim:
+            for r in range(1, rounds + 1):
+                records.append(sim.run_round(r))
+                _sync(device)
+                ends[r] = (time.perf_counter(), time.process_time())  # the last run's end of the round stays
+        return records
+
+    start = (time.perf_counter(), time.process_time())
+    results = Pack().run([lambda slot, s=s: body(slot, s) for s in range(pack)])
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    if losses is not None:
+        losses += [m["loss"] for rec in results[0] for _, m in sorted(rec["train"]["clients"].items(),
+                                                                          key=lambda kv: int(kv[0]))]
+    marks = [start, *(ends[r] for r in range(1, rounds + 1))]
+    return [((b[0] - a[0]) / pack, (b[1] - a[1]) / pack) for a, b in zip(marks, marks[1:])]
 
 
 def _sync(device: str) -> None:
@@ -246,7 +291,7 @@ def child(spec: dict) -> None:
         times: object = paired_rounds(job, spec["rounds"], device)
     elif spec["kind"] == "engine":
         times = engine_rounds(job, spec["rounds"], spec["threads"], spec["workers"], device, spec.get("group", 1),
-                              spec.get("graph", False), losses)
+                              spec.get("graph", False), losses, spec.get("method", "fedavg"), spec.get("pack", 1))
     else:
         times = bare_rounds(job, spec["rounds"], spec["threads"], device)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -498,6 +543,12 @@ def main() -> None:
                         help="only compare train.cuda_graph = true (a client's step replayed from CUDA graphs) with "
                              "eager steps (CUDA only)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the --groups and --graph comparisons")
+    parser.add_argument("--executions", type=int, nargs=2, metavar=("G", "P"), default=None,
+                        help="per method of --methods: one client at a time against groups of G, groups of G "
+                             "captured (train.cuda_graph; CUDA only) and P runs packed (seeds 0..P-1, clients/s "
+                             "counting every run's; issue 62)")
+    parser.add_argument("--methods", nargs="+", default=["fedavg"], choices=sorted(METHODS),
+                        help="the methods of --executions")
     args = parser.parse_args()
     from fedaug.engine.records.installation import machine_line
 
@@ -514,6 +565,16 @@ def main() -> None:
         held(jobs[0], rounds)
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cores\n")
+    if args.executions:
+        g, p = args.executions
+        for method in args.methods:
+            settings = [("one at a time", {"method": method}), (f"group_clients = {g}", {"group": g, "method": method}),
+                        *([(f"group_clients = {g}, cuda_graph", {"group": g, "graph": True, "method": method})]
+                          if args.device.startswith("cuda") else []),
+                        (f"{p} runs packed", {"pack": p, "method": method})]
+            compare_settings(jobs, rounds, repeats, settings, f"Executions of {method}", args.pin, args.device,
+                             args.threads)
+        return
     if args.groups:
         groups = [(f"group_clients = {g}", {"group": g}) for g in sorted({1, *args.groups})]
         compare_settings(jobs, rounds, repeats, groups, "Grouped clients", args.pin, args.device, args.threads)

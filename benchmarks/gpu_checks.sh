@@ -10,7 +10,8 @@
 # its own time limit and log (in $OUT, default ./gpu-checks: 8 files, what a device call brings back), so one step
 # that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
-# The limits add up to 9.5 minutes (a device call may run 10); the run took 6.5 minutes on an H100 (docs/benchmarks.md);
+# The limits of the first eight steps add up to 9.5 minutes (a device call may run 10; they took 6.5 minutes on an
+# H100, docs/benchmarks.md); the two steps of issue 62 after them, 6 minutes more, go in a second call;
 # STEPS runs a subset, e.g. to rerun what overran with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 #   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh
@@ -18,10 +19,12 @@ set -u
 out=${OUT:-gpu-checks}
 py=${PYTHON:-python3}
 mkdir -p "$out"
+# the steps of one call when STEPS is not given (the first eight; the two of issue 62 go in a second call)
+FIRST="tests_gpu bench_device bench_ffa profile_round tolerances bench_grouped bench_graph bench_throughput"
 export PYTHONPATH=src:.:benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
   local name=$1 limit=${LIMIT:-$2}; shift 2
-  case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+  case " ${STEPS:-$FIRST} " in *" $name "*) ;; *) return 0 ;; esac
   local t0=$SECONDS
   timeout "$limit" "$@" > "$out/$name.txt" 2>&1
   echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
@@ -35,3 +38,10 @@ step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --execut
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
 step bench_graph 40 "$py" benchmarks/bench_throughput.py --jobs G --graph --device cuda --rounds 2 --repeats 1 --threads 8
 step bench_throughput 40 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 --rounds 2 --repeats 1 --workers-only
+# issue 62, after the earlier figures (STEPS="bench_executions bench_pack" runs these alone): each seed method one
+# client at a time, in groups of 50, in groups of 50 captured, and 5 runs packed on job G; then FedFA Table 1's
+# grid (7 methods x 5 seeds, one round each, its Digits-4 replaced by synthetic data of the same shapes: the GPU
+# machine has none of the optional data) packed against its cells one at a time (docs/benchmarks.md extrapolates
+# to 100 rounds from the packed round times)
+step bench_executions 150 "$py" benchmarks/bench_throughput.py --jobs G --executions 50 5 --methods fedfa vfda fedrdn flea --device cuda --rounds 2 --repeats 1 --threads 8
+step bench_pack 200 "$py" benchmarks/bench_pack.py --grid fedfa_table1_digits4 --seeds 0 1 2 3 4 --rounds 1 --repeats 1 --set device=cuda data.name=synthetic "data.options={num_clients = 4, samples_per_client = 1258, channels = 3, size = 28, num_classes = 10}"
