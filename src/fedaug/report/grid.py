@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.load import apply_overrides, parse_config, read_toml, with_imports
+from fedaug.config.paths import Layer, resolve_paths
 from fedaug.config.presets import GRID_DIR, GRIDS, PRESETS, preset_path
 from fedaug.config.schema import DataConfig, RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
@@ -111,24 +112,29 @@ class GridSpec:
     root: Path = Path(".")
     imports: list[str] = field(default_factory=list)
 
-    def base_raw(self) -> dict[str, Any]:
-        """The base config as a nested dict (a preset, a TOML file or ``{}``)."""
+    def base_layer(self) -> Layer:
+        """The base config as a nested dict (a preset, a TOML file or ``{}``) and its folder."""
         if self.base is None:
-            return {}
-        if self.base in PRESETS:
-            return read_toml(preset_path(self.base))
-        path = self.root / self.base
-        return with_imports(read_toml(path), path.parent)
+            return {}, self.root
+        path = preset_path(self.base) if self.base in PRESETS else self.root / self.base
+        return with_imports(read_toml(path), path.parent), path.parent
 
     def raw(self, setting: str, method: str, seed: int) -> dict[str, Any]:
-        """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set."""
+        """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set; its
+        imports and path options absolute (docs/cli.md, "Paths in a config": the base file's against
+        its folder, the grid's tables' against the grid file's, ``--set``'s against the current
+        directory)."""
         table = dict(self.settings[setting])
         after = list(table.pop(AUGS_AFTER, []))
-        merged = deep_merge(deep_merge(deep_merge(self.base_raw(), self.common), table), self.methods[method])
+        tables = deep_merge(deep_merge(self.common, table), self.methods[method])
+        base, base_dir = self.base_layer()
+        merged = with_imports(deep_merge(base, tables), self.root)
         if after:
             section = merged.setdefault("method", {})
             section["augs"] = [*section.get("augs", []), *after]
-        merged = with_imports(apply_overrides(merged, self.overrides), self.root, self.imports)
+        merged = with_imports(apply_overrides(merged, self.overrides), Path.cwd(), self.imports)
+        merged = resolve_paths(merged, [(base, base_dir), (tables, self.root),
+                                        (apply_overrides({}, self.overrides), Path.cwd())])
         merged["seed"] = seed
         return merged
 
