@@ -201,12 +201,9 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
         FedaugError: its data or model cannot be built (a data root that is gone, say).
     """
     run_dir = RunDir.open(path).lock(tidy=False)  # one writer: a second resume is refused
-    try:
+    with run_dir.untouched_if_refused():
         stored, cfg, sim = ready_to_resume(run_dir, device=device, recipe=recipe, workers=workers, fleet=fleet,
                                            from_round=from_round)
-    except BaseException:
-        run_dir.close_untouched()
-        raise
     with run_dir, sim:  # from here the resume changes the directory
         run_dir.tidy()
         if from_round is not None:

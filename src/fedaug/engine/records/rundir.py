@@ -220,20 +220,31 @@ class RunDir:
         if self._lock is not None:
             self._lock.release()
 
-    def close_untouched(self) -> None:
-        """Release the writer lock leaving the lock file as :meth:`lock` found it
-        (:meth:`~fedaug.engine.records.runlock.RunLock.release_untouched`): after a refused resume, which
-        changed nothing else."""
-        if self._lock is not None:
-            self._lock.release_untouched()
+    @contextmanager
+    def untouched_if_refused(self) -> Iterator[None]:
+        """A block that only reads the directory (a resume's checks): where it raises, the writer lock
+        is released leaving the lock file as :meth:`lock` found it
+        (:meth:`~fedaug.engine.records.runlock.RunLock.release_untouched`), so a refused resume leaves
+        the directory byte for byte as it was."""
+        try:
+            yield
+        except BaseException as exc:
+            self._name_in(exc)
+            if self._lock is not None:
+                self._lock.release_untouched()
+            raise
+
+    def _name_in(self, exc: BaseException | None) -> None:
+        """Let an interruption or a stop name this run directory (the CLI says: 'fedaug resume <it>')."""
+        if isinstance(exc, (KeyboardInterrupt, RunStopped)) and not hasattr(exc, "run_dir"):
+            exc.run_dir = str(self.path)  # type: ignore[attr-defined]
 
     def __enter__(self) -> "RunDir":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if isinstance(exc, (KeyboardInterrupt, RunStopped)) and not hasattr(exc, "run_dir"):
-            exc.run_dir = str(self.path)  # type: ignore[attr-defined]  # the CLI names it: 'fedaug resume <it>'
+        self._name_in(exc)
         self.close()
 
     @contextmanager

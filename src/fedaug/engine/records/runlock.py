@@ -9,7 +9,9 @@ supports it on local filesystems and on NFS (emulated with POSIX locks, shared b
 
 The file holds the holder's pid, host and start time (JSON), for the refusal message and for
 operators; the holder deletes it on release. A file that is still there when the lock is free was
-left by a writer that was killed: it is taken over with a warning naming that writer.
+left by a writer that was killed: it is taken over with a warning naming that writer. A holder that
+changed nothing (a refused resume) releases with :meth:`RunLock.release_untouched`, which leaves
+the file as it found it: none, or the killed writer's record.
 """
 
 from __future__ import annotations
