@@ -16,9 +16,14 @@ For each table: what it reproduces and with what it is replaced, the command, th
 ``fedaug compare`` invocations took (summed from the grid's ``invocations.jsonl``; cells copied in by
 ``--reuse`` cost nothing there, their own training time is in the table's time column), how many
 cells finished, and the main comparison table (mean +/- std over seeds of the final and best mean
-client test metric, the difference from the baseline and its paired t-test, communication and
-time per run). Per-client tables stay in each grid's ``table.md``. A grid not run yet is listed
-with its command and the grid's own time estimate.
+client test metric, the difference from the baseline with its 95 % confidence interval and paired
+t-test, communication and time per run). Per-client tables stay in each grid's ``table.md``. A grid
+not run yet is listed with its command and the grid's own time estimate.
+
+Each verdict states its scale, generated, never typed: the seeds it rests on (those every compared
+cell finished), the rounds x local epochs the runs trained against the paper's own (the grid file's
+``paper_rounds`` and ``paper_local_epochs``) and whether the runs' data are the paper's (its
+``paper_datasets``); each reading opens with what that scale leaves open.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedaug.core.errors import ConfigError
 from fedaug.core.serialize import atomic_write_bytes, atomic_write_text
 from fedaug.report.claims import Claim, Verdict, judge
 from fedaug.report.document import Block, Heading, Image, Paragraph, Table, to_markdown
 from fedaug.report.figures import settings_png
-from fedaug.report.grid import load_grid
+from fedaug.report.grid import PAPER_KEYS, GridSpec, PaperScale, load_grid
 from fedaug.report.results import Results, load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
 from fedaug.report.table import COLUMNS_NOTE, overview_table, setting_tables
@@ -363,7 +369,7 @@ READINGS: dict[str, tuple[str, str]] = {
 INTRO = (
     "The papers' tables on data that fedaug provides offline, each produced by one shipped comparison "
     "grid (`fedaug list grids`; docs/compare_and_report.md) on the shared 2-core development machine "
-    "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run), 3 seeds per cell. These are scaled "
+    "(torch 2.13.0+cpu, `--jobs 2`, one torch thread per run), {seeds} per cell. These are scaled "
     "stand-ins: the data, models and round counts are replaced as each section says, so the numbers "
     "answer \"does the paper's ordering hold here\", not \"does fedaug reproduce the paper's values\". "
     "Wall times are those of the commands on this machine while other work shared it. Every cell was "
@@ -384,11 +390,16 @@ INTRO = (
 
 
 CLAIMS_NOTE = (
-    "Each paper claim a table checks, judged on the final round by paired t-tests over the seeds "
-    "(fedaug.report.claims): reproduced = every comparison in the claimed direction with p < 0.05; "
-    "reversed = at least one comparison significantly the other way; not reproduced = neither (the "
-    "section gives the differences and p-values, and its reading the diagnosis). With 3 seeds a "
-    "paired t-test resolves only differences that are large against the seed-to-seed spread.")
+    "Each paper claim a table checks, judged on the final round by paired t-tests over the seeds every "
+    "compared cell finished (fedaug.report.claims): reproduced = every comparison in the claimed direction "
+    "with p < 0.05; reversed = at least one comparison significantly the other way; not reproduced = "
+    "neither (the section gives each difference with its 95 % confidence interval and p-value, and its "
+    "reading the diagnosis). seeds: how many seeds the verdict rests on; rounds x local epochs: what the "
+    "grid's runs trained, the paper's own in parentheses (the grid file's paper_rounds and "
+    "paper_local_epochs, \"not stated\" where the paper gives none); data: the paper's when every run's "
+    "dataset is one the paper used, else stand-in. With few seeds a paired t-test resolves only "
+    "differences that are large against the seed-to-seed spread; the intervals say how large a difference "
+    "the seeds leave possible, so a \"not reproduced\" with a wide interval is undecided, not absent.")
 
 
 def fingerprint(results: Results) -> str:
@@ -444,12 +455,23 @@ def machines(results: Results) -> str:
 
 @dataclass(frozen=True)
 class Finished:
-    """A grid's outputs, read once for the whole page: its runs, their summary and, when every cell
-    finished, the verdict of each of its :data:`CLAIMS` (``None`` while cells are missing)."""
+    """A grid's outputs, read once for the whole page: its runs, their summary and the verdict of
+    each of its :data:`CLAIMS` on the seeds every cell the claim compares finished."""
 
     results: Results
     summary: dict
-    verdicts: list[Verdict] | None
+    verdicts: list[Verdict]
+
+    def judged(self, verdict: Verdict) -> bool:
+        """Whether ``verdict`` is shown: every cell of the grid finished, or the cells the claim
+        compares have at least 2 seeds in common (the fewest a paired t-test takes); otherwise the
+        claim waits ("partial grid")."""
+        return not self.summary["missing"] or len(verdict.seeds) >= 2
+
+    @property
+    def settled(self) -> bool:
+        """Every claim is judged (a grid without claims: every cell finished): the section gets its reading."""
+        return all(map(self.judged, self.verdicts)) if self.verdicts else not self.summary["missing"]
 
 
 def read_grid(out: Path, grid: str) -> Finished | None:
@@ -458,14 +480,104 @@ def read_grid(out: Path, grid: str) -> Finished | None:
         return None
     results = load_grid_results(out)
     summary = summarize(results)
-    done = not summary["missing"]
-    return Finished(results, summary, [judge(c, summary) for c in CLAIMS.get(grid, [])] if done else None)
+    return Finished(results, summary, [judge(c, summary) for c in CLAIMS.get(grid, [])])
 
 
-def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished | None) -> list[Block]:
+def paper_scale(grid: str, spec: GridSpec) -> PaperScale:
+    """The paper's own training for ``grid``, from its grid file's ``paper_*`` keys.
+
+    Raises:
+        ConfigError: the grid file declares none.
+    """
+    if spec.paper is None:
+        raise ConfigError(f"grid '{grid}' declares no paper scale, which its section and claims state their "
+                          f"scale against; add {', '.join(PAPER_KEYS)} to its file, taken from the paper "
+                          "(as src/fedaug/presets/grids/fedfa_table1_digits4.toml does)")
+    return spec.paper
+
+
+def _local(train: dict) -> str:
+    """A run's local training per round: its ``local_epochs``, or ``"N steps"`` with ``local_steps``."""
+    return f"{train['local_steps']} steps" if train.get("local_steps") else str(train["local_epochs"])
+
+
+def trained_scale(results: Results) -> str:
+    """The rounds x local epochs the grid's runs trained, as in ``"30 x 1"``, each distinct one once
+    (comma-separated); ``"-"`` when no run finished."""
+    scales = sorted({(r.config["train"]["rounds"], _local(r.config["train"])) for r in results.runs})
+    return ", ".join(f"{rounds} x {local}" for rounds, local in scales) or "-"
+
+
+def paper_trained(results: Results, paper: PaperScale) -> bool:
+    """Whether every run trained one of the paper's stated round counts with one of its local epoch counts."""
+    return bool(results.runs) and all(
+        r.config["train"]["rounds"] in paper.rounds and _local(r.config["train"]) in map(str, paper.local_epochs)
+        for r in results.runs)
+
+
+def data_source(results: Results, paper: PaperScale) -> str:
+    """``"the paper's"`` when every run's dataset is one of the paper's, else ``"stand-in"``."""
+    names = {r.config["data"]["name"] for r in results.runs}
+    return "the paper's" if names and names <= set(paper.datasets) else "stand-in"
+
+
+def seeds_per_cell(found: dict[str, Finished | None]) -> str:
+    """How many seeds the page's finished cells have: ``"3 seeds"``, or ``"3 to 5 seeds"`` when they differ."""
+    counts = sorted({c["n"] for f in found.values() if f is not None for s in f.summary["settings"].values()
+                     for c in s["methods"].values() if c["n"]}) or [0]
+    return f"{counts[0]} seeds" if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]} seeds"
+
+
+def uncertainty(verdicts: list[Verdict]) -> str:
+    """How many of the claims' comparisons are resolved, and how far the unresolved ones' 95 %
+    intervals reach from 0 (the largest difference either way that the seeds cannot exclude)."""
+    tests = {(c.setting, v.claim.method, c.other, v.claim.which): (c.test, v.claim.alpha)
+             for v in verdicts for c in v.comparisons}
+    alpha = "/".join(sorted({f"{a:g}" for _, a in tests.values()}))
+    open_ = [t for t, a in tests.values() if t.p is None or t.p >= a]
+    n, u = len(tests), len(open_)
+    if u == 0:
+        return f"{'its one comparison is' if n == 1 else f'all {n} of its comparisons are'} resolved at p < {alpha}"
+    subject = ("its one comparison is not" if n == 1 else f"none of its {n} comparisons is" if u == n
+               else f"{u} of its {n} comparisons {'is' if u == 1 else 'are'} not")
+    text = f"{subject} resolved at p < {alpha}"
+    reach = sorted(100 * max(abs(t.ci_low), abs(t.ci_high)) for t in open_ if t.ci_low is not None)
+    if reach:
+        its = "its 95 % interval includes 0 and reaches" if len(reach) == 1 else \
+            "their 95 % intervals include 0 and reach"
+        span = f"{reach[0]:.1f}" if len(reach) == 1 else f"{reach[0]:.1f}-{reach[-1]:.1f}"
+        text += (f"; {its} out to {span} points, the largest difference, one way or the other, that these seeds "
+                 "cannot exclude")
+    if len(reach) < u:
+        text += f" ({u - len(reach)} without an interval: under 2 common seeds, or equal differences)"
+    return text
+
+
+def scale_sentence(found: Finished, paper: PaperScale) -> str:
+    """The reading's first sentence, generated: the seeds the verdicts rest on, the training against
+    the paper's, the data, and what that leaves open (:func:`uncertainty`)."""
+    counts = sorted({len(v.seeds) for v in found.verdicts})
+    seeds = f"{'/'.join(map(str, counts))} seeds" if counts else f"{seeds_per_cell({'': found})} per cell"
+    stated = bool(paper.rounds and paper.local_epochs)
+    scale = (f"{trained_scale(found.results)} (rounds x local epochs) against the paper's {paper.text()}" if stated
+             else f"{trained_scale(found.results)} (rounds x local epochs; the paper's: {paper.text()})")
+    short = stated and not paper_trained(found.results, paper)
+    data = data_source(found.results, paper)
+    other_data = data == "stand-in"
+    text = f"Judged on {seeds} at {scale}, on {data} data"
+    if short and other_data:
+        text += f"; this grid runs neither the paper's {paper.text()} training nor its datasets"
+    elif short:
+        text += f"; this grid does not run the paper's {paper.text()} training"
+    elif other_data:
+        text += "; this grid does not use the paper's datasets"
+    return text + (f"; {uncertainty(found.verdicts)}." if found.verdicts else ".")
+
+
+def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished | None,
+            spec: GridSpec) -> list[Block]:
     """One table's section: the grid's description and notes, command, wall time, the sweep figure,
-    the main tables and each claim's verdict."""
-    spec = load_grid(grid)
+    the main tables, each judged claim's verdict and the reading (its scale first)."""
     out = compare / grid
     command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --set threads=1 --reuse runs/compare`"
     blocks: list[Block] = [Heading(2, title), Paragraph(f"Grid `{grid}`: {spec.description}. {spec.notes}"),
@@ -490,31 +602,33 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
         for name, setting in summary["settings"].items():
             blocks += [Paragraph(f"{name}, per client:"), *setting_tables(setting)[1:3]]
     blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
-               for v in found.verdicts or []]
-    if not missing:
+               for v in found.verdicts if found.judged(v)]
+    if found.settled:
         text = reading(grid, results)
-        blocks.append(Paragraph(f"Reading: {text}" if text is not None else
-                                f"Reading: pending (none is written yet for these runs, fingerprint "
-                                f"{fingerprint(results)})."))
+        written = text if text is not None else ("Reading pending (none is written yet for these runs, "
+                                                 f"fingerprint {fingerprint(results)}).")
+        blocks.append(Paragraph(f"Reading: {scale_sentence(found, paper_scale(grid, spec))} {written}"))
     return blocks
 
 
-def claims_table(found: dict[str, Finished | None]) -> Table:
-    """One row per claim: the table, the claim, the method, and its verdict ("not run yet" / "partial
-    grid" where the grid has not finished)."""
+def claims_table(found: dict[str, Finished | None], papers: dict[str, PaperScale]) -> Table:
+    """One row per claim: the table, the claim, the method, the seeds its verdict rests on, the
+    runs' rounds x local epochs with the paper's, whether the data are the paper's, and its verdict
+    ("not run yet" / "partial grid" where too few of its cells finished)."""
     rows = []
     for title, grid, _ in TABLES:
-        f = found[grid]
+        f, paper = found[grid], papers[grid]
         for k, claim in enumerate(CLAIMS.get(grid, [])):
             if f is None:
-                verdict = "not run yet"
-            elif f.verdicts is None:
-                verdict = "partial grid"
-            else:
-                v = f.verdicts[k]
-                verdict = f"{v.verdict} ({v.agreeing} of {len(v.comparisons)} comparisons in the claimed direction)"
-            rows.append([title.split(":")[0], claim.text, claim.method, verdict])
-    return Table(["table", "claim", "method", "verdict"], rows)
+                rows.append([title.split(":")[0], claim.text, claim.method, "-", f"- ({paper.text()})", "-",
+                             "not run yet"])
+                continue
+            v = f.verdicts[k]
+            verdict = (f"{v.verdict} ({v.agreeing} of {len(v.comparisons)} comparisons in the claimed direction)"
+                       if f.judged(v) else "partial grid")
+            rows.append([title.split(":")[0], claim.text, claim.method, str(len(v.seeds)),
+                         f"{trained_scale(f.results)} ({paper.text()})", data_source(f.results, paper), verdict])
+    return Table(["table", "claim", "method", "seeds", "rounds x local epochs (paper's)", "data", "verdict"], rows)
 
 
 def main() -> None:
@@ -523,15 +637,18 @@ def main() -> None:
                         help="the grids' finished runs: the committed archive (default) or runs/compare")
     parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
     args = parser.parse_args()
+    specs = {grid: load_grid(grid) for _, grid, _ in TABLES}
+    papers = {grid: paper_scale(grid, spec) for grid, spec in specs.items()}
     found = {grid: read_grid(args.compare / grid, grid) for _, grid, _ in TABLES}
-    blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"), Paragraph(INTRO),
-                           Heading(2, "The claims at a glance"), Paragraph(CLAIMS_NOTE), claims_table(found)]
+    blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"),
+                           Paragraph(INTRO.format(seeds=seeds_per_cell(found))), Heading(2, "The claims at a glance"),
+                           Paragraph(CLAIMS_NOTE), claims_table(found, papers)]
     for title, grid, sweep in TABLES:
-        blocks += section(title, grid, sweep, args.compare, found[grid])
+        blocks += section(title, grid, sweep, args.compare, found[grid], specs[grid])
     blocks.append(Paragraph(COLUMNS_NOTE))
     for grid, f in found.items():
-        if f is not None and f.verdicts is not None and reading(grid, f.results) is None:
-            print(f"warning: {grid} is complete but has no reading for its runs (fingerprint "
+        if f is not None and f.settled and reading(grid, f.results) is None:
+            print(f"warning: {grid} is judged but has no reading for its runs (fingerprint "
                   f"{fingerprint(f.results)}); write one in READINGS", file=sys.stderr)
     for image in (b for b in blocks if isinstance(b, Image)):
         atomic_write_bytes(args.out.parent / FIGURES / image.name, image.png)

@@ -24,7 +24,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedaug"
 #: Bottom to top, from DESIGN.md; where DESIGN.md is silent, placed by what the package imports.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # errors, registries, RNG streams, payload checks, serialisation, version
-    # Building blocks; each imports only core, models also data (data.registry.check_options).
+    # Building blocks; each imports only core, models also data (data.registry.check_options), config also data
+    # and models (config.paths reads which of their options name files from their builders).
     # config: the declarative run config (validated with core only); layers: plug-in feature layers
     # and their pure functions; privacy: dCor, exposure, noise (metrics that methods train with).
     ("config", "data", "layers", "metrics", "models", "privacy"),

@@ -4,6 +4,7 @@ numbers of an uninterrupted run; what an interruption and a resume say; ``data d
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,21 @@ def test_data_describe_reads_lists_as_run_does(images, capsys):
     assert "| hôpital-2 | hôpital-2 | 14 | 2 | 4 | 7 7 |" in out
     assert main(["data", "describe", "image_folder", f"root={images}", "sites=[Site B]"]) == 2
     assert "sites: 'Site B' is not a site folder" in capsys.readouterr().err
+
+
+def test_a_relative_image_root_is_recorded_absolute_so_the_run_resumes_from_any_directory(tmp_path, images, capsys,
+                                                                                        monkeypatch):
+    monkeypatch.chdir(images.parent)
+    assert main(run_args(tmp_path, Path(images.name), "checkpoint_every=1")) == 0  # root = "my images"
+    done = json.loads(capsys.readouterr().out)
+    with pytest.MonkeyPatch.context() as mp:
+        interrupt_at(mp, 3)
+        assert main(run_args(tmp_path, Path(images.name), "checkpoint_every=1")) == 130
+    (run_dir,) = {str(p) for p in (tmp_path / "runs").iterdir()} - {done["run_dir"]}
+    assert tomllib.loads((Path(run_dir) / "config.toml").read_text())["data"]["options"]["root"] == str(images.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # where "my images" names nothing
+    capsys.readouterr()
+    assert main(["resume", run_dir, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["final"] == done["final"] and rounds(run_dir) == rounds(done["run_dir"])

@@ -75,6 +75,19 @@ def test_the_lock_of_a_killed_process_is_taken_over_with_a_warning(tmp_path):
     lock.release()
 
 
+def test_releasing_untouched_leaves_the_lock_file_as_it_was_found(tmp_path):
+    lock = RunLock.acquire(tmp_path)  # none was there: none is left
+    lock.release_untouched()
+    assert not (tmp_path / LOCK).exists() and not lock.held
+    stale = b'{"pid": 4242, "host": "gone", "started": "then"}\n'  # a killed writer's record
+    (tmp_path / LOCK).write_bytes(stale)
+    with pytest.warns(UserWarning, match="was locked by pid 4242 on host gone"):
+        lock = RunLock.acquire(tmp_path)
+    assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+    lock.release_untouched()
+    assert (tmp_path / LOCK).read_bytes() == stale and not lock.held
+
+
 def test_a_collected_lock_is_released(tmp_path):
     lock = RunLock.acquire(tmp_path)
     del lock

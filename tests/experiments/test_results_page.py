@@ -1,4 +1,5 @@
-"""experiments/results_page.py on the tiny finished grid: the claims table and each section's verdicts."""
+"""experiments/results_page.py on the tiny finished grid: the claims table, each section's verdicts and the
+scale each verdict states."""
 
 from __future__ import annotations
 
@@ -6,10 +7,29 @@ import json
 import shutil
 from dataclasses import replace
 
+import pytest
+from scipy.stats import ttest_rel
+
+from fedaug.core.errors import ConfigError
 from fedaug.report.claims import Claim, judge
+from fedaug.report.grid import PaperScale
 from fedaug.report.results import load_grid_results, summarize
 from tests.experiments.scripts import load_script
 from tests.report.conftest import tiny_spec
+
+#: the tiny grid as a page section: declared against a paper that trained 400 rounds x 1 local epoch
+PAPER = {"paper_rounds": 400, "paper_local_epochs": 1, "paper_datasets": ["office_caltech10"]}
+
+
+def tiny_page(page, tiny_grid, tmp_path, monkeypatch, claims, tables=(("Tiny table: a test", "tiny", False),)):
+    """Point the page at a copy of the tiny grid (as grid "tiny", with :data:`PAPER`) and return the compare dir."""
+    compare = tmp_path / "compare"
+    shutil.copytree(tiny_grid, compare / "tiny")
+    monkeypatch.setattr(page, "TABLES", list(tables))
+    monkeypatch.setattr(page, "CLAIMS", claims)
+    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec(**PAPER))
+    monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
+    return compare
 
 
 def test_every_shipped_claim_names_methods_and_settings_of_its_grid():
@@ -26,37 +46,57 @@ def test_every_shipped_claim_names_methods_and_settings_of_its_grid():
 
 def test_the_page_judges_each_claim_of_a_finished_grid(tiny_grid, tmp_path, monkeypatch):
     page = load_script("results_page")
-    compare = tmp_path / "compare"
-    shutil.copytree(tiny_grid, compare / "tiny")
     claim = Claim("the higher learning rate is ahead", "FedAvg lr 0.2", ("FedAvg",))
-    monkeypatch.setattr(page, "TABLES", [("Tiny table: a test", "tiny", False), ("Other: not run", "other", False)])
-    monkeypatch.setattr(page, "CLAIMS", {"tiny": [claim], "other": [Claim("x", "a", ("b",))]})
-    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec())
-    monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {"tiny": [claim], "other": [Claim("x", "a", ("b",))]},
+                        [("Tiny table: a test", "tiny", False), ("Other: not run", "other", False)])
     page.main()
     text = (tmp_path / "r.md").read_text()
     verdict = judge(claim, summarize(load_grid_results(compare / "tiny")))
-    # the overview row and the section's sentence carry the verdict computed from the grid itself
-    assert f"| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | {verdict.verdict} (" in text
-    assert "| Other | x | a | not run yet |" in text
+    # the overview row and the section's sentence carry the verdict computed from the grid itself, with its
+    # seeds (2 finished per cell), the runs' 3 rounds of 2 local steps against the paper's 400 x 1, and the data
+    assert (f"| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | 2 | 3 x 2 steps (400 x 1) | stand-in "
+            f"| {verdict.verdict} (") in text
+    assert "| table | claim | method | seeds | rounds x local epochs (paper's) | data | verdict |" in text
+    assert "| Other | x | a | - | - (400 x 1) | - | not run yet |" in text
     assert f"Verdict: {verdict.verdict}; claimed direction in " in text
+    assert "one shipped comparison grid (`fedaug list grids`; docs/compare\\_and\\_report.md) on the shared" in text
+    assert "one torch thread per run), 2 seeds per cell." in text
+
+
+def test_a_claim_is_judged_on_the_seeds_its_cells_share_and_waits_below_two(tiny_grid, tmp_path, monkeypatch):
+    """A grid with a missing cell: a claim whose cells still share 2 seeds is judged on them; one that
+    shares fewer waits as "partial grid" and shows how many it shares."""
+    page = load_script("results_page")
+    claim = Claim("the higher learning rate is ahead", "FedAvg lr 0.2", ("FedAvg",))
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {"tiny": [claim]})
+    shutil.rmtree(compare / "tiny" / "default" / "fedavg" / "seed1")
+    found = page.read_grid(compare / "tiny", "tiny")
+    (verdict,) = found.verdicts
+    assert found.summary["missing"] and verdict.seeds == (0,) and not found.judged(verdict) and not found.settled
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    assert "| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | 1 | 3 x 2 steps (400 x 1) | stand-in " \
+           "| partial grid |" in text
+    assert "Verdict:" not in text and "Reading:" not in text
+    # the same claim on a grid whose missing cell it does not compare: judged, on 2 seeds
+    monkeypatch.setattr(page, "CLAIMS", {"tiny": [Claim("x", "FedAvg lr 0.2", ("FedAvg lr 0.2",))]})
+    found = page.read_grid(compare / "tiny", "tiny")
+    assert found.verdicts[0].seeds == (0, 1) and found.judged(found.verdicts[0]) and found.settled
 
 
 def test_a_reading_is_printed_only_for_the_runs_it_was_written_against(tiny_grid, tmp_path, monkeypatch, capsys):
     page = load_script("results_page")
-    compare = tmp_path / "compare"
-    shutil.copytree(tiny_grid, compare / "tiny")
-    monkeypatch.setattr(page, "TABLES", [("Tiny table: a test", "tiny", False)])
-    monkeypatch.setattr(page, "CLAIMS", {})
-    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec())
-    monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {})
     results = load_grid_results(compare / "tiny")
     pinned = page.fingerprint(results)
     assert len(pinned) == 12 and pinned == page.fingerprint(load_grid_results(compare / "tiny"))
 
+    # the generated scale sentence comes first (a grid without claims: its cells' seeds), then the written reading
+    scale = ("Reading: Judged on 2 seeds per cell at 3 x 2 steps (rounds x local epochs) against the paper's 400 x 1, "
+             "on stand-in data; this grid runs neither the paper's 400 x 1 training nor its datasets.")
     monkeypatch.setattr(page, "READINGS", {"tiny": (pinned, "the higher rate wins here.")})
     page.main()
-    assert "Reading: the higher rate wins here." in (tmp_path / "r.md").read_text()
+    assert f"{scale} the higher rate wins here." in (tmp_path / "r.md").read_text()
     assert "warning" not in capsys.readouterr().err
 
     # a reading written against other numbers (a rerun moved one score) is withheld, and the script says so
@@ -64,8 +104,8 @@ def test_a_reading_is_printed_only_for_the_runs_it_was_written_against(tiny_grid
     page.main()
     text = (tmp_path / "r.md").read_text()
     assert "the higher rate wins here." not in text
-    assert f"Reading: pending (none is written yet for these runs, fingerprint {pinned})." in text
-    assert f"warning: tiny is complete but has no reading for its runs (fingerprint {pinned})" in capsys.readouterr().err
+    assert f"{scale} Reading pending (none is written yet for these runs, fingerprint {pinned})." in text
+    assert f"warning: tiny is judged but has no reading for its runs (fingerprint {pinned})" in capsys.readouterr().err
 
 
 def test_the_fingerprint_changes_with_any_score(tiny_grid):
@@ -117,3 +157,74 @@ def test_the_wall_time_says_which_cells_no_finished_invocation_timed(tiny_grid, 
     assert page.wall_time(out, results).startswith(
         "1.5 min over 1 finished invocation(s) (1 ran; the other 3 cells by invocations that left no wall time: "
         "stopped before they finished, or older than the invocation log); ")
+
+
+def test_the_scale_of_a_grid_comes_from_its_runs_and_the_papers_declaration(tiny_grid):
+    page = load_script("results_page")
+    results = load_grid_results(tiny_grid)
+    assert page.trained_scale(results) == "3 x 2 steps"  # train.local_steps = 2: steps, not epochs
+    epochs = [replace(r, config={**r.config, "train": {"rounds": 30 if r.seed else 20, "local_epochs": 1}})
+              for r in results.runs]
+    assert page.trained_scale(replace(results, runs=epochs)) == "20 x 1, 30 x 1"
+    assert page.trained_scale(replace(results, runs=[])) == "-"
+    assert page.data_source(results, PaperScale((400,), (1,), ("office_caltech10",))) == "stand-in"
+    assert page.data_source(results, PaperScale((), (), ("synthetic",))) == "the paper's"  # the runs' data.name
+    assert page.data_source(replace(results, runs=[]), PaperScale((), (), ("synthetic",))) == "stand-in"
+    same = [replace(r, config={**r.config, "train": {"rounds": 400, "local_epochs": 1}}) for r in results.runs]
+    assert page.paper_trained(replace(results, runs=same), PaperScale((400, 500), (1,), ()))
+    assert not page.paper_trained(replace(results, runs=epochs), PaperScale((400, 500), (1,), ()))
+    assert not page.paper_trained(results, PaperScale((3,), (2,), ()))  # 2 local steps are not 2 epochs
+
+
+def test_every_grid_of_the_page_declares_the_papers_scale(monkeypatch):
+    page = load_script("results_page")
+    from fedaug.report.grid import load_grid
+
+    for _, grid, _ in page.TABLES:
+        paper = page.paper_scale(grid, load_grid(grid))
+        assert paper.datasets or paper.text() == "not stated", grid  # VFDA's cardiac data have no loader
+    with pytest.raises(ConfigError, match=r"grid 'tiny' declares no paper scale, which its section and claims state "
+                                          r"their scale against; add paper_rounds, paper_local_epochs, paper_datasets"):
+        page.paper_scale("tiny", tiny_spec())
+
+
+def summary_of(**cells: dict[int, float]) -> dict:
+    """A one-setting summary of cells given as {seed: final score} (what :func:`judge` reads)."""
+    return {"settings": {"s": {"methods": {m: {"n": len(v), "seeds": list(v), "final": {"values": list(v.values())}}
+                                           for m, v in cells.items()}}}}
+
+
+def test_what_the_scale_leaves_open_is_counted_from_the_comparisons():
+    page = load_script("results_page")
+    base = {0: 0.60, 1: 0.62, 2: 0.58}
+    clear = {0: 0.70, 1: 0.71, 2: 0.69}     # +10 points on every seed: resolved
+    noisy = {0: 0.70, 1: 0.55, 2: 0.61}     # d = (+10, -7, +3) points: not resolved
+    s = summary_of(A=base, B=clear, C=noisy)
+    (v1, v2) = [judge(Claim("", m, ("A",)), s) for m in ("B", "C")]
+    ci = ttest_rel([0.70, 0.55, 0.61], [0.60, 0.62, 0.58]).confidence_interval(0.95)
+    reach = 100 * max(abs(ci.low), abs(ci.high))
+    assert f"{reach:.1f}" == "23.2"  # the interval [-19.2, +23.2] reaches furthest on the positive side
+    assert page.uncertainty([v1]) == "its one comparison is resolved at p < 0.05"
+    assert page.uncertainty([v1, v2]) == (
+        "1 of its 2 comparisons is not resolved at p < 0.05; its 95 % interval includes 0 and reaches out to 23.2 "
+        "points, the largest difference, one way or the other, that these seeds cannot exclude")
+    # the same comparison in two claims counts once; a comparison without common seeds has no interval
+    v3 = judge(Claim("", "D", ("A",)), summary_of(A=base, D={5: 0.5}))
+    assert page.uncertainty([v2, v2, v3]).startswith("none of its 2 comparisons is resolved at p < 0.05; its 95 % ")
+    assert page.uncertainty([v1, v2, v3]).startswith("2 of its 3 comparisons are not resolved at p < 0.05; its 95 % ")
+    assert page.uncertainty([v2, v3]).endswith(" (1 without an interval: under 2 common seeds, or equal differences)")
+
+
+def test_the_scale_sentence_says_what_the_grid_leaves_out_of_the_papers_setting(tiny_grid, monkeypatch):
+    page = load_script("results_page")
+    monkeypatch.setattr(page, "CLAIMS", {})
+    found = page.read_grid(tiny_grid, "tiny")
+    head = "Judged on 2 seeds per cell at 3 x 2 steps (rounds x local epochs"
+    assert page.scale_sentence(found, PaperScale((), (), ())) == (
+        f"{head}; the paper's: not stated), on stand-in data; this grid does not use the paper's datasets.")
+    assert page.scale_sentence(found, PaperScale((3,), (2,), ("synthetic",))) == (
+        f"{head}) against the paper's 3 x 2, on the paper's data; this grid does not run the paper's 3 x 2 training.")
+    epochs = replace(found.results, runs=[replace(r, config={**r.config, "train": {"rounds": 3, "local_epochs": 2}})
+                                          for r in found.results.runs])
+    assert page.scale_sentence(replace(found, results=epochs), PaperScale((3, 5), (2,), ("synthetic",))) == (
+        "Judged on 2 seeds per cell at 3 x 2 (rounds x local epochs) against the paper's 3/5 x 2, on the paper's data.")

@@ -6,7 +6,8 @@ import pytest
 
 from fedaug.config.load import parse_config
 from fedaug.core.errors import ConfigError
-from fedaug.report.grid import DEFAULT_SETTING, deep_merge, grid_from_args, load_grid, parse_grid, select, slug
+from fedaug.report.grid import (DEFAULT_SETTING, PaperScale, deep_merge, grid_from_args, load_grid, parse_grid, select,
+                                slug)
 from tests.report.conftest import tiny_grid_raw, tiny_spec
 
 
@@ -77,6 +78,48 @@ def test_no_settings_means_one_default_setting():
 def test_bad_grid_files_name_the_problem(change, message):
     with pytest.raises(ConfigError, match=message):
         parse_grid(tiny_grid_raw(**change), "tiny")
+
+
+PAPER = {"paper_rounds": 400, "paper_local_epochs": 1, "paper_datasets": ["office_caltech10", "domainnet"]}
+
+
+@pytest.mark.parametrize("keys, scale, text", [
+    ({}, None, None),
+    (PAPER, PaperScale((400,), (1,), ("office_caltech10", "domainnet")), "400 x 1"),
+    ({**PAPER, "paper_rounds": [500, 400]}, PaperScale((400, 500), (1,), ("office_caltech10", "domainnet")),
+     "400/500 x 1"),
+    ({"paper_rounds": "not stated", "paper_local_epochs": "not stated", "paper_datasets": []},
+     PaperScale((), (), ()), "not stated"),
+    ({"paper_rounds": 100, "paper_local_epochs": "not stated", "paper_datasets": []},
+     PaperScale((100,), (), ()), "100 x not stated"),
+])
+def test_the_papers_scale_is_read_from_the_grid_file(keys, scale, text):
+    spec = parse_grid(tiny_grid_raw(**keys), "tiny")
+    assert spec.paper == scale
+    assert (spec.paper.text() if spec.paper else None) == text
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"paper_rounds": 0}, r"'paper_rounds' must be a count >= 1, a list of distinct counts \(one per count the "
+                          r"paper's datasets use\) or \"not stated\" \(the paper does not give it\), got 0"),
+    ({"paper_local_epochs": [1, 1]}, r"'paper_local_epochs' must be a count >= 1, .*, got \[1, 1\]"),
+    ({"paper_rounds": "400"}, r"'paper_rounds' must be a count >= 1, .*, got '400'"),
+    ({"paper_rounds": [[400]]}, r"'paper_rounds' must be a count >= 1, .*, got \[\[400\]\]"),
+    ({"paper_rounds": True}, r"'paper_rounds' must be a count >= 1, .*, got True"),
+    ({"paper_datasets": "cifar10"}, r"'paper_datasets' must be a list of dataset names \(fedaug list datasets; \[\] "
+                                    r"when fedaug loads none of the paper's datasets\), got 'cifar10'"),
+    ({"paper_datasets": ["cifar100"]}, r"'paper_datasets': unknown dataset 'cifar100'.*\(did you mean 'cifar10'\?\)"),
+])
+def test_a_bad_paper_scale_names_the_key_and_the_allowed_values(change, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_grid(tiny_grid_raw(**{**PAPER, **change}), "tiny")
+
+
+def test_the_papers_scale_keys_go_together():
+    with pytest.raises(ConfigError, match=r"the paper's scale needs paper_rounds, paper_local_epochs, paper_datasets "
+                                          r"together; add paper_local_epochs, paper_datasets "
+                                          r"\(or remove paper_rounds\)"):
+        parse_grid(tiny_grid_raw(paper_rounds=400), "tiny")
 
 
 def test_all_problems_are_reported_at_once():

@@ -56,7 +56,8 @@ class Cells(HTMLParser):
 
 
 def md_rows(md: str) -> list[list[str]]:
-    return [[c.strip().replace("\\|", "|") for c in line.strip("|").split(" | ")]
+    """The Markdown tables' cells as text (md_text's backslash escapes undone: ``\\|``, ``\\[``, ...)."""
+    return [[re.sub(r"\\(.)", r"\1", c.strip()) for c in line.strip("|").split(" | ")]
             for line in md.splitlines() if line.startswith("| ")]
 
 

@@ -62,6 +62,8 @@ def test_summary_equals_the_records(tiny_grid):
     assert vs["n"] == 2 and vs["diff"] == pytest.approx(statistics.mean(o - b for o, b in zip(other, base)))
     if vs["p"] is not None:
         assert vs["p"] == pytest.approx(stats.ttest_rel(other, base).pvalue)
+        ci = stats.ttest_rel(other, base).confidence_interval(0.95)
+        assert (vs["ci_low"], vs["ci_high"]) == pytest.approx((ci.low, ci.high))
     assert "vs_baseline" not in s["methods"]["FedAvg"]
 
 
@@ -70,12 +72,13 @@ def test_markdown_table_shows_the_summary_numbers(tiny_grid):
     md = to_markdown(comparison_tables(summary))
     c = summary["settings"]["default"]["methods"]["FedAvg lr 0.2"]
     f, b = c["final"], c["best"]
-    diff = c["vs_baseline"]["final"]["diff"]
+    vs = c["vs_baseline"]["final"]
     row = next(line for line in md.splitlines() if line.startswith("| FedAvg lr 0.2 | 2 |"))
-    assert f"| {100 * f['mean']:.2f} ± {100 * f['std']:.2f} | {100 * diff:+.2f} |" in row
+    ci = f"\\[{100 * vs['ci_low']:+.2f}, {100 * vs['ci_high']:+.2f}\\]"  # Markdown escapes the brackets
+    assert f"| {100 * f['mean']:.2f} ± {100 * f['std']:.2f} | {100 * vs['diff']:+.2f} | {ci} | {vs['text']} |" in row
     assert f"| {100 * b['mean']:.2f} ± {100 * b['std']:.2f} |" in row
     assert f"| {c['comm_bytes']['total'] / 1e6:.3f} |" in row
-    assert "| FedAvg | 2 |" in md and "| baseline |" in md
+    assert "| FedAvg | 2 |" in md and "| baseline | - | - |" in md
     assert md.count("| method | client0 | client1 | client2 | mean over clients |") == 2
 
 
@@ -87,6 +90,8 @@ def test_csv_has_the_unrounded_numbers(tiny_grid):
     assert float(rows[1]["final_mean"]) == c["final"]["mean"] and float(rows[1]["best_std"]) == c["best"]["std"]
     assert float(rows[1]["final_client1"]) == c["clients_final"]["client1"]["mean"]
     assert rows[0]["final_diff"] == "" and rows[1]["pairs"] == "2" and rows[0]["seeds"] == "0 1"
+    vs = c["vs_baseline"]["best"]
+    assert (float(rows[1]["best_ci_low"]), float(rows[1]["best_ci_high"])) == (vs["ci_low"], vs["ci_high"])
 
 
 def test_write_tables_and_missing_cells(tiny_grid, tmp_path):
@@ -176,22 +181,22 @@ def test_a_client_without_an_accepted_final_evaluation_scores_nan_and_the_cell_s
 
 
 def test_overview_has_a_row_per_setting_and_a_column_per_method():
-    def cell(values, diff=None, p=None):
+    def cell(values, diff=None, p=None, ci=(None, None)):
         c = {"n": len(values), "final": {"mean": statistics.mean(values), "std": statistics.stdev(values),
                                          "values": values}}
         if diff is not None:
-            c["vs_baseline"] = {"final": {"diff": diff, "p": p}}
+            c["vs_baseline"] = {"final": {"diff": diff, "p": p, "ci_low": ci[0], "ci_high": ci[1]}}
         return c
 
     summary = {"grid": {"seeds": [0, 1, 2]}, "settings": {
         "Dir(0.5)": {"metric": "acc", "methods": {"FedAvg": cell([0.60, 0.62, 0.64]),
-                                                  "FLea": cell([0.70, 0.71, 0.72], 0.09, 0.012345)}},
+                                                  "FLea": cell([0.70, 0.71, 0.72], 0.09, 0.012345, (0.0466, 0.1334))}},
         "Dir(0.1)": {"metric": "acc", "methods": {"FedAvg": cell([0.50, 0.54]), "FLea": {"n": 0}}},
         "Qua(3)": {"metric": "acc", "methods": {"FedAvg": cell([0.4, 0.5, 0.6]), "FLea": cell([0.5, 0.6], -0.01)}},
     }}
     table = overview_table(summary)
     assert table.header == ["setting (final test acc, %)", "FedAvg", "FLea"]
-    assert table.rows == [["Dir(0.5)", "62.00 ± 2.00", "71.00 ± 1.00 (+9.00, p 0.0123)"],
+    assert table.rows == [["Dir(0.5)", "62.00 ± 2.00", "71.00 ± 1.00 (+9.00 [+4.66, +13.34], p 0.0123)"],
                           ["Dir(0.1)", "52.00 ± 2.83 [n=2]", "-"],
                           ["Qua(3)", "50.00 ± 10.00", "55.00 ± 7.07 (-1.00, p n/a) [n=2]"]]
 
@@ -219,6 +224,22 @@ def test_spread_across_clients_equals_the_records(tiny_grid):
     assert float(rows[1]["final_worst10_mean"]) == c["spread_final"]["worst10"]["mean"]
     assert rows[1]["finetuned_final_mean"] == ""  # the grid did not fine-tune: no column, an empty CSV field
     assert "fine-tuned" not in to_markdown(comparison_tables(summary)).split("\n\n")[0]
+
+
+def test_runs_that_recorded_no_spread_get_no_spread_columns(tiny_grid):
+    """Runs from before issue 40 have no spread across clients: the comparison table leaves the columns out
+    rather than show "nan ± nan"; one run that recorded it brings them back."""
+    summary = summarize(load_results([tiny_grid]))
+    cells = summary["settings"]["default"]["methods"].values()
+    for c in cells:
+        for stat in c["spread_final"].values():
+            stat["values"] = [math.nan] * len(stat["values"])
+    header = to_markdown(comparison_tables(summary)).splitlines()[0]
+    assert "std over clients" not in header and "worst client" not in header and header.endswith("| time (s/run) |")
+    next(iter(cells))["spread_final"]["min"]["values"][0] = 0.5
+    header = to_markdown(comparison_tables(summary)).splitlines()[0]
+    assert "| std over clients final (%) | worst client final (%) | mean of the worst 10 % of clients final (%) |" \
+        in header
 
 
 def test_run_table_shows_the_spread_and_the_finetuned_figures():

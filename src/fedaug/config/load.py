@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fedaug.config.paths import Layer, resolve_paths
 from fedaug.config.presets import PRESETS, preset_path
 from fedaug.config.schema import RunConfig, run_name, validate
 from fedaug.core.errors import ConfigError, suggest
@@ -88,6 +89,8 @@ def load_config(source: str | None = None, overrides: Sequence[str] = (),
         overrides: ``key=value`` strings (:func:`apply_overrides`).
         imports: modules to add to the config's ``imports`` (``--import``), resolved against the
             current directory; the file's own ``imports`` are resolved against its directory.
+            Path options (a dataset's ``root``) are made absolute the same way: the file's against
+            its directory, the overrides' against the current one (docs/cli.md, "Paths in a config").
 
     Returns:
         The validated config, named after what it runs when it has no ``name``
@@ -104,15 +107,19 @@ def load_config(source: str | None = None, overrides: Sequence[str] = (),
             f"'{source}' is neither a preset nor a TOML file; presets: {', '.join(PRESETS)}"
             f"{suggest(source, PRESETS)}"
         )
-    raw = apply_overrides(with_imports(read_toml(path), path.parent), overrides)
-    cfg = parse_config(with_imports(raw, Path.cwd(), imports))
+    file = with_imports(read_toml(path), path.parent)
+    raw = with_imports(apply_overrides(file, overrides), Path.cwd(), imports)
+    cfg = parse_config(raw, [(file, path.parent), (apply_overrides({}, overrides), Path.cwd())])
     cfg.name = run_name(cfg)
     return cfg, label
 
 
-def parse_config(raw: dict[str, Any]) -> RunConfig:
-    """Validate a nested dict into a :class:`RunConfig` (see :func:`fedaug.config.schema.validate`)."""
-    return validate(raw)
+def parse_config(raw: dict[str, Any], layers: Sequence[Layer] = ()) -> RunConfig:
+    """Validate a nested dict into a :class:`RunConfig` (see :func:`fedaug.config.schema.validate`), its
+    path options made absolute first (:func:`fedaug.config.paths.resolve_paths`): each against the
+    folder of the last of ``layers`` that gives it, else the current directory (a dict built in
+    Python; a run's ``config.toml``, which holds them absolute already)."""
+    return validate(resolve_paths(raw, layers))
 
 
 #: TOML's bare keys; any other key is written as a quoted (basic string) key

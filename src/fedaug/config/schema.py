@@ -20,15 +20,19 @@ from typing import Any
 from fedaug.core.device import DEVICE_SYNTAX
 from fedaug.core.errors import ConfigError, suggest
 from fedaug.core.options import OptionInfo, type_name
+from fedaug.core.paths import PathOption
 from fedaug.core.plugins import import_problems
 from fedaug.core.typecheck import allowed, fits
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | None = None,
-        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, nullable: bool = False) -> Any:
-    """A schema field with its help text and limits (``lo_open``, ``hi_open``: that limit is excluded)."""
+        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, nullable: bool = False,
+        path: PathOption | None = None) -> Any:
+    """A schema field with its help text and limits (``lo_open``, ``hi_open``: that limit is excluded);
+    ``path``: its value names a local file or directory (:mod:`fedaug.core.paths`), made absolute
+    when a config is read (:func:`fedaug.config.paths.resolve_paths`)."""
     meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
-            "nullable": nullable}
+            "nullable": nullable, "path": path}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -101,7 +105,8 @@ class LogConfig:
     tensorboard: bool = opt(False, "write each round's scalars as TensorBoard event files to the run directory's "
                                    "tb/ (needs the tracking extra)")
     mlflow: str = opt("", "MLflow tracking URI (sqlite:///mlflow.db, file:./mlruns, http://host:5000) to log "
-                          "the run to; empty: off (needs the tracking extra)")
+                          "the run to; a local store's path is recorded absolute (docs/cli.md, 'Paths in a "
+                          "config'); empty: off (needs the tracking extra)", path=PathOption(uri=True))
     mlflow_experiment: str = opt("fedaug", "the MLflow experiment the runs go to")
     wandb: str = opt("off", "W&B: 'offline' writes each round's scalars, the config and the summary as an offline "
                             "W&B run in the run directory's wandb/ (upload it later with wandb sync: runs never "

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedaug.core.paths import path_options
 from fedaug.core.typecheck import annotations_of, choices, element_type, is_union
 
 #: a Google-style section header: ``Args:``
@@ -143,7 +144,8 @@ class OptionInfo:
 
     Args:
         name: the option's key in its config table.
-        type: :func:`type_name` of its annotation.
+        type: :func:`type_name` of its annotation; ``path`` for an option that names a file or
+            directory (:func:`fedaug.core.paths.path_options`).
         default: its default (a JSON value; ``None``: unset, the builder decides).
         choices: the values it allows, when its annotation is a ``Literal``; else empty.
         help: what it does (its docstring entry on one line, reST markup removed: :func:`plain`;
@@ -195,13 +197,15 @@ def describe_options(fn: Callable[..., Any], *, docs: Sequence[Any] = (), extra:
     for obj in (fn, *docs, *referenced(inspect.getdoc(fn)))[::-1]:  # the first that describes an option wins
         helps.update({k: v for k, v in docstring_args(inspect.getdoc(obj)).items() if not _POINTER.fullmatch(v)})
     params = inspect.signature(fn).parameters
+    paths = path_options(fn)
     out = []
     for name, tp in option_types(fn).items():
         if name in skip:
             continue
         default = params[name].default
         required = default is inspect.Parameter.empty
-        out.append(OptionInfo(name, type_name(tp), None if required else _jsonable(default), choices(tp),
-                              plain(helps.get(name, "")), required))
+        out.append(OptionInfo(name, "path" if name in paths else type_name(tp),
+                              None if required else _jsonable(default), choices(tp), plain(helps.get(name, "")),
+                              required))
     out += [OptionInfo(name, "any", None, (), text) for name, text in (extra or {}).items()]
     return out

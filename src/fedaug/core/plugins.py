@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.paths import absolute
 
 #: the entry-point group of installed plugins
 GROUP = "fedaug.plugins"
@@ -58,8 +59,7 @@ def resolve_import(entry: str, root: Path) -> str:
     ('json', '/exp/plugins/gnoise.py')
     """
     if is_path(entry):
-        path = Path(entry).expanduser()
-        return str(path if path.is_absolute() else (root / path).resolve())
+        return absolute(entry, root)
     if not _findable(entry) and "." not in entry:
         for candidate in (root / f"{entry}.py", root / entry):
             if candidate.is_file() or (candidate / "__init__.py").is_file():

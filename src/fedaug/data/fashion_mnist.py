@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fedaug.core.errors import ConfigError, DataError
+from fedaug.core.paths import LocalPath
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, is_int, raise_problems
@@ -130,7 +131,7 @@ def _test_indices(train_labels: list[np.ndarray], test_labels: np.ndarray, rate:
 def fashion_mnist(
     *,
     seed: int,
-    root: str | os.PathLike[str] = DEFAULT_ROOT,
+    root: LocalPath | os.PathLike[str] = DEFAULT_ROOT,
     num_clients: int = 10,
     partition: Partition = "dirichlet",
     alpha: float = 0.5,

@@ -15,13 +15,14 @@ import hashlib
 import re
 import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from fedaug.core.errors import ConfigError, DataError, suggest
+from fedaug.core.paths import LocalPath, PathOption
 from fedaug.core.rng import derive_seed
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.cache import load_or_build, package_versions
@@ -40,6 +41,8 @@ LAYOUT = ("  <root>/<site>/<class>/<image>   one folder per site (a client), in 
           "  (images: " + ", ".join(IMAGE_EXTENSIONS) + "; files and folders starting with '.' are skipped)\n"
           "  <root>/<split file>              optional: lines '<site>/<class>/<image>,<train|val|test>'")
 DEFAULT_FRACTIONS = (0.1, 0.2)
+#: the ``split`` option: a file inside ``root`` (a relative value is taken from ``root``)
+SplitFile = Annotated[str, PathOption(within="root")]
 
 
 def _visible(path: Path) -> bool:
@@ -165,10 +168,10 @@ def _check(root: Path, sites: list[str] | None, classes: list[str] | None, all_s
 
 
 @DATASETS.register(NAME, "your images: <root>/<site>/<class>/<image>, one client per site, classes from folder names")
-def image_folder(*, seed: int, root: str | None = None, sites: list[str] | None = None,
+def image_folder(*, seed: int, root: LocalPath | None = None, sites: list[str] | None = None,
                  classes: list[str] | None = None, size: int = 32, channels: Literal[1, 3] = 3,
                  clients_per_site: int = 1, val_fraction: float = DEFAULT_FRACTIONS[0],
-                 test_fraction: float = DEFAULT_FRACTIONS[1], split: str | None = None) -> FederatedData:
+                 test_fraction: float = DEFAULT_FRACTIONS[1], split: SplitFile | None = None) -> FederatedData:
     """A federation from a folder of images: ``<root>/<site>/<class>/<image>``.
 
     Args:
@@ -185,7 +188,7 @@ def image_folder(*, seed: int, root: str | None = None, sites: list[str] | None 
         test_fraction: the share of each site's images for the test split (stratified by class);
             ignored with ``split``.
         split: a split file (relative to ``root``, or absolute) assigning every image to train, val
-            or test: ``<site>/<class>/<image>,<split>`` per line.
+            or test: ``<site>/<class>/<image>,<split>`` per line; a config records it absolute.
 
     Returns:
         Classification data, one class per class folder (``info["classes"]`` names them); inputs

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from fedaug.core.errors import DataError
+from fedaug.core.paths import LocalPath
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.checks import check_fractions, check_int, raise_problems
 from fedaug.data.fashion_mnist import read_idx
@@ -108,7 +109,7 @@ def _label_skew(name: str, arrays: tuple[Tensor, ...], seed: int, num_classes: i
 
 
 @DATASETS.register("cifar10", "CIFAR-10 from a local directory (python batches); label-skew clients")
-def cifar10(*, seed: int, root: str | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
+def cifar10(*, seed: int, root: LocalPath | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
             alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
             val_fraction: float = 0.1) -> FederatedData:
     """CIFAR-10 clients; options as :func:`fedaug.data.fashion_mnist.fashion_mnist` (x ``(N, 3, 32, 32)``)."""
@@ -117,7 +118,7 @@ def cifar10(*, seed: int, root: str | None = None, partition: Partition = "diric
 
 
 @DATASETS.register("emnist", "EMNIST byclass (62 classes) from a local directory (idx.gz or .mat); label-skew clients")
-def emnist(*, seed: int, root: str | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
+def emnist(*, seed: int, root: LocalPath | None = None, partition: Partition = "dirichlet", num_clients: int = 10,
            alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
            val_fraction: float = 0.1) -> FederatedData:
     """EMNIST byclass clients; options as :func:`fedaug.data.fashion_mnist.fashion_mnist` (x ``(N, 1, 28, 28)``)."""
@@ -179,7 +180,7 @@ def _fedbn(name: str, prefix: str, all_sites: tuple[str, ...], classes: tuple[st
 
 
 @DATASETS.register("office_caltech10", "Office-Caltech10 from a local FedBN-layout directory; one client per domain")
-def office_caltech10(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
+def office_caltech10(*, seed: int, root: LocalPath | None = None, sites: list[str] | None = None, size: int = 64,
                      val_fraction: float = 0.1) -> FederatedData:
     """Office-Caltech10 (amazon, caltech, dslr, webcam), FedBN's split files; test = ``<site>_test.pkl``.
 
@@ -194,7 +195,7 @@ def office_caltech10(*, seed: int, root: str | None = None, sites: list[str] | N
 
 
 @DATASETS.register("domainnet", "DomainNet 10-class subset (FedBN split files) from a local directory; domain clients")
-def domainnet(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
+def domainnet(*, seed: int, root: LocalPath | None = None, sites: list[str] | None = None, size: int = 64,
               val_fraction: float = 0.1) -> FederatedData:
     """DomainNet's ten-class FedBN subset (six domains); test = ``<site>_test.pkl``.
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from fedaug.core.errors import ConfigError
+from fedaug.core.paths import LocalPath
 from fedaug.data.audio import fix_length, log_mel, read_wav, resample
 from fedaug.data.base import ClientData, FederatedData, Split
 from fedaug.data.brain_mri import axial_slices
@@ -53,7 +54,7 @@ def read_uci_har(root: Any, split: str) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 @DATASETS.register("uci_har", "UCI-HAR from a local directory (9 inertial channels, 128 steps); subject or label-skew clients")
-def uci_har(*, seed: int, root: str | None = None, partition: Literal["subject", Partition] = "subject", num_clients: int = 10,
+def uci_har(*, seed: int, root: LocalPath | None = None, partition: Literal["subject", Partition] = "subject", num_clients: int = 10,
             alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100, min_size: int = 10,
             val_fraction: float = 0.1, test_fraction: float = 0.2) -> FederatedData:
     """UCI-HAR clients, x ``(N, 9, 128)``.
@@ -123,7 +124,7 @@ def _us8k_features(root: Path, rows: list[dict[str, str]], duration: float, n_me
 
 
 @DATASETS.register("urbansound8k", "UrbanSound8K from a local directory (wav + CSV), log-mel; label-skew clients")
-def urbansound8k(*, seed: int, root: str | None = None, test_folds: list[int] | tuple[int, ...] = (10,),
+def urbansound8k(*, seed: int, root: LocalPath | None = None, test_folds: list[int] | tuple[int, ...] = (10,),
                  duration: float = 4.0, n_mels: int = 64, partition: Partition = "dirichlet", num_clients: int = 10,
                  alpha: float = 0.5, q: int = 2, shards_per_client: int = 2, mean_size: int = 100,
                  min_size: int = 1, val_fraction: float = 0.1) -> FederatedData:
@@ -156,7 +157,7 @@ def urbansound8k(*, seed: int, root: str | None = None, test_folds: list[int] | 
 
 
 @DATASETS.register("prostate_mri", "ProstateMRI six sites from a local directory (NIfTI + masks); 2D slices, site clients")
-def prostate_mri(*, seed: int, root: str | None = None, sites: list[str] | None = None, size: int = 64,
+def prostate_mri(*, seed: int, root: LocalPath | None = None, sites: list[str] | None = None, size: int = 64,
                  val_fraction: float = 0.1, test_fraction: float = 0.2) -> FederatedData:
     """ProstateMRI (FedFA/FedDG sites): axial slices with prostate, resized to ``size``; masks > 0 -> 1.
 

@@ -180,6 +180,10 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
                       stop: Callable[[int], bool] | None = None) -> tuple[dict[str, Any], RunDir]:
     """Finish the run in ``path`` from its newest checkpoint (or from scratch if it has none).
 
+    Everything the resume needs is checked before anything in ``path`` changes (:func:`ready_to_resume`:
+    the lock, config, checkpoint, records, device, tracking, data and model); a refused resume leaves
+    the directory byte for byte as it was.
+
     Args:
         device: where to compute the remaining rounds (``None``: the run's own ``device``), e.g. the
             CPU for a run that began on a GPU; the checkpoint restores with a warning that the
@@ -208,30 +212,52 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
             the run's recorded options (the FFA layers' ``kernel``) differ between its
             checkpoint and its ``config.toml``, or the run predates their record
             (:func:`fedaug.methods.recorded.check_resume`); the message says what to do.
+        FedaugError: its data or model cannot be built (a data root that is gone, say).
     """
-    with RunDir.open(path, write=True) as run_dir:  # one writer: a second resume is refused
-        stored = parse_config(read_toml(run_dir.path / CONFIG))
-        payload = run_dir.load_latest() if from_round is None else run_dir.rewind(from_round)
-        cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
-        if workers is not None:
-            cfg = validate({**cfg.to_dict(), "workers": workers})
-        if fleet is not None:
-            cfg = validate({**cfg.to_dict(), "fleet": fleet})
-        if device is not None:
-            cfg = validate({**cfg.to_dict(), "device": device})
-        else:
-            try:
-                resolve_device(cfg.device)
-            except ConfigError as err:
-                raise ConfigError(f"{err}; the run was configured for it: finish it here with "
-                                  f"'fedaug resume {path} --device cpu' (or another available device)") from None
-        if cfg != stored and payload is None:
+    run_dir = RunDir.open(path).lock(tidy=False)  # one writer: a second resume is refused
+    with run_dir.untouched_if_refused():
+        stored, cfg, sim = ready_to_resume(run_dir, device=device, recipe=recipe, workers=workers, fleet=fleet,
+                                           from_round=from_round, trainer=trainer)
+    with run_dir, sim:  # from here the resume changes the directory
+        run_dir.tidy()
+        if from_round is not None:
+            run_dir.rewind(from_round)
+        if cfg != stored and sim.round == 0:
             run_dir.write_config(cfg)  # starts again from round 1: record the options it now runs with
-        sim = build_simulation(cfg, recipe=recipe, trainer=trainer)
-        if payload is not None:
-            sim.restore(payload)
         run_dir.truncate_rounds(sim.round)
         run_dir.append_environment(sim.round, installation())
         tracker = Tracker.open(cfg, run_dir.path, sim.task.metric, resume_from=sim.round, tags=tags)
         with Progress(cfg.train.rounds, start=sim.round, quiet=quiet, on_update=on_round) as progress:
             return sim.run(run_dir, progress, tracker, stop), run_dir
+
+
+def ready_to_resume(run_dir: RunDir, *, device: str | None = None, recipe: Recipe | None = None,
+                    workers: int | None = None, fleet: str | None = None, from_round: int | None = None,
+                    trainer: Trainer | None = None) -> tuple[RunConfig, RunConfig, Simulation]:
+    """Everything a resume of ``run_dir`` needs, checked and built without changing a file in it: its
+    stored config, the config it resumes with (:func:`fedaug.methods.recorded.check_resume`, with
+    ``workers``, ``fleet`` and ``device`` applied), and the simulation, built (data loaded, model
+    built) and restored from the checkpoint (newest, or ``from_round``'s), whose rounds
+    ``metrics.jsonl`` must record. Arguments and errors as :func:`resume_experiment`'s."""
+    stored = parse_config(read_toml(run_dir.path / CONFIG))
+    payload = run_dir.load_latest() if from_round is None else run_dir.load_round(from_round)
+    cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
+    for key, value in (("workers", workers), ("fleet", fleet), ("device", device)):
+        if value is not None:
+            cfg = validate({**cfg.to_dict(), key: value})
+    if device is None:
+        try:
+            resolve_device(cfg.device)
+        except ConfigError as err:
+            raise ConfigError(f"{err}; the run was configured for it: finish it here with "
+                              f"'fedaug resume {run_dir.path} --device cpu' (or another available device)") from None
+    run_dir.check_records(payload["round"] if payload is not None else 0)
+    check_tracking(cfg)
+    sim = build_simulation(cfg, recipe=recipe, trainer=trainer)
+    if payload is not None:
+        try:
+            sim.restore(payload)
+        except BaseException:
+            sim.close()
+            raise
+    return stored, cfg, sim

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fedaug.config.paths import Key, declare_tables
 from fedaug.core.errors import ConfigError
 from fedaug.core.registry import Registry
 from fedaug.data.registry import check_options
@@ -157,6 +158,24 @@ def build_component(name: str, options: Mapping[str, Any]) -> Component:
     cls = METHODS.get(name)
     check_options("method", name, cls.__init__, dict(options))
     return cls(**options)
+
+
+@declare_tables
+def component_tables(raw: Mapping[str, Any]) -> list[tuple[Key, Callable[..., Any]]]:
+    """The ``method.options.<name>`` tables of ``raw`` (a config) that name a registered component, each
+    with the ``__init__`` whose keyword options fill it (where :func:`fedaug.config.paths.path_keys`
+    finds the components' path options)."""
+    method = raw.get("method")
+    tables = method.get("options") if isinstance(method, Mapping) else None
+    if not isinstance(tables, Mapping):
+        return []
+    out: list[tuple[Key, Callable[..., Any]]] = []
+    for name in tables:
+        try:
+            out.append((("method", "options", name), METHODS.get(str(name)).__init__))
+        except ConfigError:  # an unknown component: build_recipe reports it
+            continue
+    return out
 
 
 def expand_legacy_base(base: str, augs: Sequence[str], options: Mapping[str, Mapping[str, Any]]

@@ -3,8 +3,9 @@ reproduced, from paired t-tests over the seeds (the evidence docs/results.md mar
 
 A claim says that ``method`` is ahead of (``direction = +1``) or behind (``-1``) each method of
 ``against`` in every setting of ``settings``. Each (setting, other method) pair is one comparison:
-the paired t-test of the two cells' scores over their common seeds
-(:func:`fedaug.report.stats.paired_ttest`). The verdict:
+the paired t-test of the two cells' scores (:func:`fedaug.report.stats.paired_ttest`, with the 95 %
+confidence interval of the mean difference) over the claim's seeds, those every cell the claim
+compares has finished, so that all its comparisons rest on the same seeds. The verdict:
 
 * **reproduced**: every comparison goes the claimed way with ``p < alpha``;
 * **reversed**: at least one comparison goes the other way with ``p < alpha``;
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaug.core.errors import ConfigError
-from fedaug.report.stats import PairedTest, paired_ttest
+from fedaug.report.stats import PairedTest, interval_text, paired_ttest
 
 REPRODUCED, REVERSED, NOT_REPRODUCED = "reproduced", "reversed", "not reproduced"
 
@@ -57,11 +58,13 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A claim's verdict and its comparisons (:data:`REPRODUCED`, :data:`REVERSED` or :data:`NOT_REPRODUCED`)."""
+    """A claim's verdict (:data:`REPRODUCED`, :data:`REVERSED` or :data:`NOT_REPRODUCED`), its
+    comparisons and the seeds they rest on (every compared cell finished them, sorted)."""
 
     claim: Claim
     verdict: str
     comparisons: tuple[Comparison, ...]
+    seeds: tuple[int, ...]
 
     @property
     def agreeing(self) -> int:
@@ -69,13 +72,14 @@ class Verdict:
         return sum(1 for c in self.comparisons if c.test.diff is not None and self.claim.direction * c.test.diff > 0)
 
     def evidence(self) -> str:
-        """The comparisons in words: per comparison the difference in points and its p-value, and
-        how many go the claimed way and how many are resolved."""
+        """The comparisons in words: per comparison the difference in points, its 95 % confidence
+        interval and its p-value, and how many go the claimed way and how many are resolved."""
         parts = []
         for c in self.comparisons:
             where = c.other if len({x.setting for x in self.comparisons}) == 1 else f"{c.other}, {c.setting}"
             diff = "n/a" if c.test.diff is None else f"{100 * c.test.diff:+.1f}"
-            parts.append(f"{diff} vs {where} (p {c.test.text()})")
+            ci = interval_text(c.test.ci_low, c.test.ci_high, scale=100, decimals=1)
+            parts.append(f"{diff} vs {where} (95 % CI {ci}, p {c.test.text()})")
         resolved = sum(1 for c in self.comparisons if _significant(c.test, self.claim.alpha))
         return (f"claimed direction in {self.agreeing} of {len(self.comparisons)}, p < {self.claim.alpha:g} in {resolved}: "
                 + "; ".join(parts))
@@ -110,12 +114,14 @@ def judge(claim: Claim, summary: dict[str, Any]) -> Verdict:
     unknown = [s for s in settings if s not in summary["settings"]]
     if unknown:
         raise ConfigError(f"claim: unknown setting(s) {unknown}; the grid has {', '.join(summary['settings'])}")
+    cells = {(setting, method): _cell_scores(summary, setting, method, claim.which)
+             for setting in settings for method in (claim.method, *claim.against)}
+    seeds = sorted(set.intersection(*(set(scores) for scores in cells.values())))
     comparisons = []
     for setting in settings:
-        mine = _cell_scores(summary, setting, claim.method, claim.which)
+        mine = cells[setting, claim.method]
         for other in claim.against:
-            theirs = _cell_scores(summary, setting, other, claim.which)
-            seeds = sorted(mine.keys() & theirs.keys())
+            theirs = cells[setting, other]
             test = paired_ttest([mine[s] for s in seeds], [theirs[s] for s in seeds])
             comparisons.append(Comparison(setting, other, test))
     ways = [(c.test.diff or 0.0) * claim.direction for c in comparisons]
@@ -126,4 +132,4 @@ def judge(claim: Claim, summary: dict[str, Any]) -> Verdict:
         verdict = REPRODUCED
     else:
         verdict = NOT_REPRODUCED
-    return Verdict(claim, verdict, tuple(comparisons))
+    return Verdict(claim, verdict, tuple(comparisons), tuple(seeds))

@@ -11,6 +11,9 @@ the grid sets ``seed``, ``name``, ``out_dir`` and caps ``threads``::
     base = "digits4"                 # preset or TOML file (relative to this file); default: schema defaults
     seeds = [0, 1, 2]
     baseline = "FedAvg"              # default: the first method
+    paper_rounds = [400, 500]        # the paper's own training, all three keys or none (PaperScale):
+    paper_local_epochs = 1           #   a count, a list (its datasets differ) or "not stated"
+    paper_datasets = ["office_caltech10", "domainnet", "prostate_mri"]   # fedaug datasets of the paper's data
     pack = true                      # train cells of one step's shape as one program (fedaug compare --pack)
     [common]                         # merged into every cell
     train.rounds = 30
@@ -35,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.load import apply_overrides, parse_config, read_toml, with_imports
+from fedaug.config.paths import Layer, resolve_paths
 from fedaug.config.presets import GRID_DIR, GRIDS, PRESETS, preset_path
 from fedaug.config.schema import DataConfig, RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
-from fedaug.data.registry import check_dataset_options
+from fedaug.data.registry import DATASETS, check_dataset_options
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
 
@@ -48,8 +52,12 @@ KIND_MEANINGS = {"paper": "the paper's setting, as the grid declares: the paper'
                  "stand-in": "a scaled stand-in for a published setting, as the grid declares: other data or a "
                              "smaller scale than the paper's"}
 KINDS = tuple(KIND_MEANINGS)
-FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "pack", "common", "settings",
-             "methods")
+#: the keys that declare the paper's own training (:class:`PaperScale`), given all together or not at all
+PAPER_KEYS = ("paper_rounds", "paper_local_epochs", "paper_datasets")
+FILE_KEYS = ("description", "kind", "reproduces", "notes", "base", "seeds", "baseline", "pack", *PAPER_KEYS, "common",
+             "settings", "methods")
+#: a ``paper_rounds`` or ``paper_local_epochs`` the paper does not give
+NOT_STATED = "not stated"
 #: keys the grid itself sets in every cell
 RESERVED = ("seed", "name", "out_dir")
 #: a settings-table key (not a config key): components appended to each method's ``method.augs``
@@ -79,6 +87,33 @@ def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any
 
 
 @dataclass(frozen=True)
+class PaperScale:
+    """The training of the table a grid reproduces, as its paper states it (grid keys
+    :data:`PAPER_KEYS`): what docs/results.md states each verdict's scale against.
+
+    Attributes:
+        rounds: the paper's communication rounds, one entry per count its datasets use (``(400, 500)``:
+            400 on some, 500 on others), sorted; ``()``: the paper does not state them.
+        local_epochs: the paper's local epochs per round, the same way.
+        datasets: the fedaug datasets that load the paper's own data (``()``: fedaug loads none of them).
+    """
+
+    rounds: tuple[int, ...]
+    local_epochs: tuple[int, ...]
+    datasets: tuple[str, ...]
+
+    def text(self) -> str:
+        """``"400 x 1"`` (rounds x local epochs), ``"400/500 x 1"``, ``"not stated"`` when neither is stated.
+
+        >>> PaperScale((400, 500), (1,), ()).text()
+        '400/500 x 1'
+        """
+        if not self.rounds and not self.local_epochs:
+            return NOT_STATED
+        return " x ".join("/".join(map(str, v)) if v else NOT_STATED for v in (self.rounds, self.local_epochs))
+
+
+@dataclass(frozen=True)
 class GridSpec:
     """A comparison grid. Tables are partial configs (nested dicts), merged in the order
     ``base <- common <- settings[s] <- methods[m] <- overrides``.
@@ -95,6 +130,7 @@ class GridSpec:
         root: directory that a relative ``base`` path, and relative ``imports`` of the grid's tables,
             are resolved against.
         imports: modules every cell imports (``--import``; added to each cell's ``imports``).
+        paper: the paper's own training (``paper_*`` keys); ``None`` when the grid declares none.
         pack: whether ``fedaug compare`` packs the grid's cells by default (``--pack``, :mod:`fedaug.report.packing`).
     """
 
@@ -112,26 +148,32 @@ class GridSpec:
     notes: str = ""
     root: Path = Path(".")
     imports: list[str] = field(default_factory=list)
+    paper: PaperScale | None = None
     pack: bool = False
 
-    def base_raw(self) -> dict[str, Any]:
-        """The base config as a nested dict (a preset, a TOML file or ``{}``)."""
+    def base_layer(self) -> Layer:
+        """The base config as a nested dict (a preset, a TOML file or ``{}``) and its folder."""
         if self.base is None:
-            return {}
-        if self.base in PRESETS:
-            return read_toml(preset_path(self.base))
-        path = self.root / self.base
-        return with_imports(read_toml(path), path.parent)
+            return {}, self.root
+        path = preset_path(self.base) if self.base in PRESETS else self.root / self.base
+        return with_imports(read_toml(path), path.parent), path.parent
 
     def raw(self, setting: str, method: str, seed: int) -> dict[str, Any]:
-        """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set."""
+        """The nested config dict of one cell, before ``name``/``out_dir``/``threads`` are set; its
+        imports and path options absolute (docs/cli.md, "Paths in a config": the base file's against
+        its folder, the grid's tables' against the grid file's, ``--set``'s against the current
+        directory)."""
         table = dict(self.settings[setting])
         after = list(table.pop(AUGS_AFTER, []))
-        merged = deep_merge(deep_merge(deep_merge(self.base_raw(), self.common), table), self.methods[method])
+        tables = deep_merge(deep_merge(self.common, table), self.methods[method])
+        base, base_dir = self.base_layer()
+        merged = with_imports(deep_merge(base, tables), self.root)
         if after:
             section = merged.setdefault("method", {})
             section["augs"] = [*section.get("augs", []), *after]
-        merged = with_imports(apply_overrides(merged, self.overrides), self.root, self.imports)
+        merged = with_imports(apply_overrides(merged, self.overrides), Path.cwd(), self.imports)
+        merged = resolve_paths(merged, [(base, base_dir), (tables, self.root),
+                                        (apply_overrides({}, self.overrides), Path.cwd())])
         merged["seed"] = seed
         return merged
 
@@ -162,6 +204,42 @@ def _problems_of_table(where: str, table: Any, problems: list[str]) -> dict[str,
             problems.append(f"'{where}.{label}.{AUGS_AFTER}' must be a list of component names in a settings "
                             f"table, got {part[AUGS_AFTER]!r}")
     return {k: v for k, v in table.items() if isinstance(v, dict)}
+
+
+def _paper_count(key: str, value: Any, problems: list[str]) -> tuple[int, ...]:
+    """A ``paper_rounds`` or ``paper_local_epochs`` value as sorted counts (``()``: "not stated")."""
+    if value == NOT_STATED:
+        return ()
+    counts = value if isinstance(value, list) else [value]
+    if counts and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts) \
+            and len(set(counts)) == len(counts):
+        return tuple(sorted(counts))
+    problems.append(f"'{key}' must be a count >= 1, a list of distinct counts (one per count the paper's datasets "
+                    f"use) or \"{NOT_STATED}\" (the paper does not give it), got {value!r}")
+    return ()
+
+
+def _paper_scale(raw: dict[str, Any], problems: list[str]) -> PaperScale | None:
+    """The grid file's :data:`PAPER_KEYS` as a :class:`PaperScale` (``None`` when it gives none)."""
+    given = [key for key in PAPER_KEYS if key in raw]
+    if not given:
+        return None
+    if len(given) < len(PAPER_KEYS):
+        problems.append(f"the paper's scale needs {', '.join(PAPER_KEYS)} together; add "
+                        f"{', '.join(k for k in PAPER_KEYS if k not in raw)} (or remove {', '.join(given)})")
+        return None
+    datasets = raw["paper_datasets"]
+    if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
+        problems.append("'paper_datasets' must be a list of dataset names (fedaug list datasets; [] when fedaug "
+                        f"loads none of the paper's datasets), got {datasets!r}")
+        datasets = []
+    for name in datasets:
+        try:
+            DATASETS.get(name)
+        except ConfigError as exc:
+            problems.append(f"'paper_datasets': {exc}")
+    return PaperScale(_paper_count("paper_rounds", raw["paper_rounds"], problems),
+                      _paper_count("paper_local_epochs", raw["paper_local_epochs"], problems), tuple(datasets))
 
 
 def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds: Sequence[int] | None = None,
@@ -223,12 +301,14 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
     if methods and baseline not in methods:
         problems.append(f"baseline {baseline!r} is not a method of the grid; choose from {', '.join(methods)}"
                         f"{suggest(str(baseline), methods)}")
+    paper = _paper_scale(raw, problems)
     if problems:
         raise ConfigError(f"grid '{name}' is invalid:\n  " + "\n  ".join(problems))
     spec = GridSpec(name=name, methods=methods, seeds=seeds, base=base, common=common, settings=settings,
                     baseline=baseline, overrides=list(overrides), description=raw.get("description", ""),
                     kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root,
                     imports=list(imports), pack=raw.get("pack", False))
+                    imports=list(imports), paper=paper)
     check_cells(spec)
     return spec
 

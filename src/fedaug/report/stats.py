@@ -1,5 +1,6 @@
 """Statistics for comparison tables and feature analyses: mean +/- std over seeds, the paired
-t-test against a baseline, the Davies-Bouldin score and an exact, deterministic PCA."""
+t-test against a baseline with the confidence interval of the mean difference, the Davies-Bouldin
+score and an exact, deterministic PCA."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import numpy as np
 import torch
 
 from fedaug.core.errors import ConfigError
+
+#: the two-sided confidence level of :attr:`PairedTest.ci_low` and :attr:`PairedTest.ci_high`
+CONFIDENCE = 0.95
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -38,6 +42,11 @@ class PairedTest:
         t: the t statistic ``mean(d) / (std(d, ddof=1) / sqrt(n))`` (``None`` when undefined).
         p: two-sided p-value with ``n - 1`` degrees of freedom (``None`` when undefined).
         note: why ``p`` is undefined (``""`` when it is defined).
+        ci_low, ci_high: the :data:`CONFIDENCE` (95 %) confidence interval of the mean difference,
+            ``diff -/+ t_{n-1}(0.975) * std(d, ddof=1) / sqrt(n)`` (Student t, ``n - 1`` degrees of
+            freedom, the same differences as ``t``); ``None`` exactly when ``p`` is. It excludes 0
+            exactly when ``p < 1 - CONFIDENCE``; its width says how large a difference the pairs
+            leave possible, whatever ``p`` is.
     """
 
     n: int
@@ -45,6 +54,8 @@ class PairedTest:
     t: float | None
     p: float | None
     note: str
+    ci_low: float | None = None
+    ci_high: float | None = None
 
     def text(self) -> str:
         """``"0.034 (n=3)"`` or ``"n/a (n=1)"``; the note says why a p-value is missing."""
@@ -54,11 +65,13 @@ class PairedTest:
 
 
 def paired_ttest(method: Sequence[float], baseline: Sequence[float]) -> PairedTest:
-    """Two-sided paired t-test of ``method`` against ``baseline`` (Student, 1908), pairs in order.
+    """Two-sided paired t-test of ``method`` against ``baseline`` (Student, 1908), pairs in order,
+    with the confidence interval of the mean difference (:attr:`PairedTest.ci_low`, ``ci_high``).
 
-    The t statistic is computed here; the p-value needs ``scipy.stats.t`` (``pip install
-    'fedaug[data]'``); without scipy, or with fewer than 2 pairs, or when every difference is the
-    same up to rounding (zero variance), ``p`` is ``None`` and ``note`` says why.
+    The t statistic is computed here; the p-value and the interval need ``scipy.stats.t`` (``pip
+    install 'fedaug[data]'``); without scipy, or with fewer than 2 pairs, or when every difference
+    is the same up to rounding (zero variance), ``p`` and the interval are ``None`` and ``note``
+    says why.
 
     Args:
         method, baseline: the metric of each seed, aligned (same seeds, same order).
@@ -78,12 +91,26 @@ def paired_ttest(method: Sequence[float], baseline: Sequence[float]) -> PairedTe
     sd = float(d.std(ddof=1))
     if sd <= 1e-12 * max(1.0, abs(diff)):  # equal up to rounding: t would be rounding noise
         return PairedTest(n, diff, None, None, "all differences equal")
-    t = diff / (sd / math.sqrt(n))
+    se = sd / math.sqrt(n)
+    t = diff / se
     try:
         from scipy.stats import t as student_t
     except ImportError:
         return PairedTest(n, diff, t, None, "scipy is not installed (pip install 'fedaug[data]')")
-    return PairedTest(n, diff, t, float(2 * student_t.sf(abs(t), n - 1)), "")
+    half = float(student_t.ppf((1 + CONFIDENCE) / 2, n - 1)) * se
+    return PairedTest(n, diff, t, float(2 * student_t.sf(abs(t), n - 1)), "", diff - half, diff + half)
+
+
+def interval_text(low: float | None, high: float | None, *, scale: float = 1.0, decimals: int = 2) -> str:
+    """A confidence interval with signed bounds, times ``scale`` (``100``: fractions as points):
+    ``"[-3.10, +8.72]"``, or ``"n/a"`` when it is undefined (:class:`PairedTest`).
+
+    >>> interval_text(-0.031, 0.0872, scale=100)
+    '[-3.10, +8.72]'
+    """
+    if low is None or high is None:
+        return "n/a"
+    return f"[{scale * low:+.{decimals}f}, {scale * high:+.{decimals}f}]"
 
 
 def davies_bouldin(x: np.ndarray, labels: np.ndarray) -> float:

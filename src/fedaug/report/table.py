@@ -13,6 +13,7 @@ from fedaug.core.serialize import atomic_write_json, atomic_write_text
 from fedaug.report.document import Block, Heading, Paragraph, Table, md_text, to_markdown
 from fedaug.report.grid import DEFAULT_SETTING, KIND_MEANINGS
 from fedaug.report.results import WHICH, load_grid_results, summarize, summary_methods, summary_metric
+from fedaug.report.stats import interval_text
 
 
 def _pct(x: float | None) -> str:
@@ -77,6 +78,11 @@ def _diff(test: dict[str, Any] | None) -> str:
     return "-" if test["diff"] is None else f"{100 * test['diff']:+.2f}"
 
 
+def _ci(test: dict[str, Any] | None) -> str:
+    """The 95 % confidence interval of a paired test's mean difference in points (``"-"`` for the baseline)."""
+    return "-" if test is None else interval_text(test["ci_low"], test["ci_high"], scale=100)
+
+
 def _mb(nbytes: float) -> str:
     return f"{nbytes / 1e6:.3f}"
 
@@ -104,13 +110,16 @@ def about_blocks(meta: dict[str, Any], missing: list[str]) -> list[Block]:
 def setting_tables(s: dict[str, Any]) -> list[Block]:
     """One setting of :func:`fedaug.report.results.summarize` as document blocks: the main table
     (mean ± std over seeds of the final and best mean-over-clients test metric, the difference from
-    the baseline with the paired t-test's p-value, communication and time per run), then the
-    per-client tables (final, best)."""
+    the baseline with its 95 % confidence interval and the paired t-test's p-value, the spread across
+    clients where any run recorded it (runs before issue 40 did not), communication and time per
+    run), then the per-client tables (final, best)."""
     m, base = s["metric"], s["baseline"]
     tuned = any("finetuned_final" in c for c in s["methods"].values())
-    head = ["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "p (paired t, n)",
-            f"best test {m} (%)", f"Δ best vs {base}", "p (paired t, n)",
-            *[f"{label} final (%)" for _, label in SPREAD_ROWS],
+    spread = SPREAD_ROWS if any(not math.isnan(v) for c in s["methods"].values() if c["n"]
+                                for stat in c["spread_final"].values() for v in stat["values"]) else ()
+    head = ["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "95 % CI", "p (paired t, n)",
+            f"best test {m} (%)", f"Δ best vs {base}", "95 % CI", "p (paired t, n)",
+            *[f"{label} final (%)" for _, label in spread],
             *([f"fine-tuned final test {m} (%)"] if tuned else []), "comm up+down (MB/run)", "time (s/run)"]
     rows = []
     for method, c in s["methods"].items():
@@ -118,10 +127,10 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
             rows.append([method, "0", *["not run"] * (len(head) - 2)])
             continue
         vs = c.get("vs_baseline", {})
-        rows.append([method, str(c["n"]), _pm(c["final"]), _diff(vs.get("final")),
-                     vs["final"]["text"] if vs else "-", _pm(c["best"]), _diff(vs.get("best")),
+        rows.append([method, str(c["n"]), _pm(c["final"]), _diff(vs.get("final")), _ci(vs.get("final")),
+                     vs["final"]["text"] if vs else "-", _pm(c["best"]), _diff(vs.get("best")), _ci(vs.get("best")),
                      vs["best"]["text"] if vs else "-",
-                     *[_pm(c["spread_final"][stat]) for stat, _ in SPREAD_ROWS],
+                     *[_pm(c["spread_final"][stat]) for stat, _ in spread],
                      *([_pm(c.get("finetuned_final"))] if tuned else []),
                      _mb(c["comm_bytes"]["total"]), f"{c['seconds']:.1f}"])
     blocks: list[Block] = [Table(head, rows)]
@@ -164,16 +173,17 @@ def _eps(x: float) -> str:
 
 
 def overview_cell(c: dict[str, Any], which: str = "final", seeds: int | None = None) -> str:
-    """One method of one setting in a cell: ``"69.06 ± 2.83 (+3.69, p 0.0117)"`` (the difference from
-    the baseline and its paired p-value over the seeds both finished, ``n/a`` below two pairs;
-    neither for the baseline), ``"-"`` when nothing finished, and ``" [n=2]"`` appended when fewer
-    than ``seeds`` runs finished."""
+    """One method of one setting in a cell: ``"69.06 ± 2.83 (+3.69 [+1.20, +6.18], p 0.0117)"`` (the
+    difference from the baseline, its 95 % confidence interval and its paired p-value over the seeds
+    both finished; ``p n/a`` and no interval below two pairs; none of them for the baseline), ``"-"``
+    when nothing finished, and ``" [n=2]"`` appended when fewer than ``seeds`` runs finished."""
     if c["n"] == 0:
         return "-"
     text = _pm(c[which])
     vs = c.get("vs_baseline", {}).get(which)
     if vs and vs["diff"] is not None:
-        text += f" ({100 * vs['diff']:+.2f}, p {'n/a' if vs['p'] is None else format(vs['p'], '.3g')})"
+        ci = "" if vs["ci_low"] is None else f" {_ci(vs)}"
+        text += f" ({100 * vs['diff']:+.2f}{ci}, p {'n/a' if vs['p'] is None else format(vs['p'], '.3g')})"
     return text + ("" if seeds is None or c["n"] == seeds else f" [n={c['n']}]")
 
 
@@ -195,7 +205,7 @@ def comparison_tables(summary: dict[str, Any]) -> list[Block]:
     settings = summary["settings"]
     if len(settings) > 1:
         blocks += [Heading(3, "Overview"), Paragraph("Every setting's final and best mean client test metric "
-                                                     "(Δ and paired p against the setting's baseline):"),
+                                                     "(Δ [95 % CI] and paired p against the setting's baseline):"),
                    overview_table(summary, "final"), overview_table(summary, "best")]
     for setting, s in settings.items():
         if len(settings) > 1 or setting != DEFAULT_SETTING:
@@ -209,7 +219,9 @@ COLUMNS_NOTE = (
     "final: the last evaluated round; best: the round with the highest mean-over-clients metric on the "
     "split in `eval.best_by` (its test value is shown). Values are the unweighted mean over clients, "
     "then mean ± sample std over seeds (a cell of one seed shows its value alone). Δ: mean of the per-seed "
-    "differences from the baseline (points); p: two-sided paired t-test over the seeds both ran (n/a below "
+    "differences from the baseline (points); 95 % CI, or [low, high] after Δ: its 95 % confidence interval "
+    "(Student t with n - 1 degrees of freedom, the same differences as the t-test): wide means too few seeds "
+    "to tell, narrow around 0 a small effect; p: two-sided paired t-test over the seeds both ran (n/a below "
     "2 pairs). comm: bytes sent down and up over all rounds (records' `comm`), mean per run; time: "
     "training + evaluation seconds per run. Across clients at the final round: std over clients "
     "(population), the worst client and the mean of the worst 10 % of clients (at least one), each mean ± "
@@ -220,11 +232,13 @@ COLUMNS_NOTE = (
 
 def comparison_csv(summary: dict[str, Any]) -> str:
     """One CSV row per (setting, method): n, mean and std of final and best (fractions, not %),
-    the differences and p-values against the baseline, bytes, seconds, and per-client means."""
+    the differences against the baseline with their p-values and 95 % confidence intervals, bytes,
+    seconds, and per-client means."""
     clients = list(dict.fromkeys(k for s in summary["settings"].values() for k in s["clients"]))
     spread = [f"{which}_{stat}_mean" for which in WHICH for stat, _ in SPREAD_ROWS]
     head = ["setting", "method", "metric", "n", "seeds", "final_mean", "final_std", "best_mean", "best_std",
-            "final_diff", "final_p", "best_diff", "best_p", "pairs", "comm_down_bytes", "comm_up_bytes",
+            "final_diff", "final_p", "best_diff", "best_p", "final_ci_low", "final_ci_high", "best_ci_low",
+            "best_ci_high", "pairs", "comm_down_bytes", "comm_up_bytes",
             "comm_total_bytes", "seconds", *spread, "finetuned_final_mean",
             *[f"final_{k}" for k in clients], *[f"best_{k}" for k in clients]]
     buf = io.StringIO()
@@ -240,7 +254,8 @@ def comparison_csv(summary: dict[str, Any]) -> str:
             writer.writerow([
                 setting, method, s["metric"], c["n"], " ".join(map(str, c["seeds"])),
                 c["final"]["mean"], c["final"]["std"], c["best"]["mean"], c["best"]["std"],
-                f.get("diff", ""), f.get("p", ""), b.get("diff", ""), b.get("p", ""), f.get("n", ""),
+                f.get("diff", ""), f.get("p", ""), b.get("diff", ""), b.get("p", ""), f.get("ci_low", ""),
+                f.get("ci_high", ""), b.get("ci_low", ""), b.get("ci_high", ""), f.get("n", ""),
                 c["comm_bytes"]["down"], c["comm_bytes"]["up"], c["comm_bytes"]["total"], c["seconds"],
                 *[c[f"spread_{which}"][stat]["mean"] for which in WHICH for stat, _ in SPREAD_ROWS],
                 c["finetuned_final"]["mean"] if "finetuned_final" in c else "",

@@ -197,31 +197,54 @@ class RunDir:
         return run.lock() if write else run
 
     # --- the writer lock ----------------------------------------------------------------------
-    def lock(self) -> "RunDir":
-        """Take the directory's writer lock (:class:`~fedaug.engine.records.runlock.RunLock`), then delete
-        the temporary files a killed writer left here and in ``checkpoints/``.
+    def lock(self, *, tidy: bool = True) -> "RunDir":
+        """Take the directory's writer lock (:class:`~fedaug.engine.records.runlock.RunLock`), then (with
+        ``tidy``) delete the temporary files a killed writer left (:meth:`tidy`).
 
         Raises:
             CheckpointError: another process, or another :class:`RunDir` of this one, holds it.
         """
         if self._lock is None or not self._lock.held:
             self._lock = RunLock.acquire(self.path)
-            remove_temporaries(self.path)
-            remove_temporaries(self.path / CKPT_DIR)
+            if tidy:
+                self.tidy()
         return self
+
+    def tidy(self) -> None:
+        """Delete the temporary files a killed writer left here and in ``checkpoints/``."""
+        remove_temporaries(self.path)
+        remove_temporaries(self.path / CKPT_DIR)
 
     def close(self) -> None:
         """Release the writer lock, if this object holds it (idempotent)."""
         if self._lock is not None:
             self._lock.release()
 
+    @contextmanager
+    def untouched_if_refused(self) -> Iterator[None]:
+        """A block that only reads the directory (a resume's checks): where it raises, the writer lock
+        is released leaving the lock file as :meth:`lock` found it
+        (:meth:`~fedaug.engine.records.runlock.RunLock.release_untouched`), so a refused resume leaves
+        the directory byte for byte as it was."""
+        try:
+            yield
+        except BaseException as exc:
+            self._name_in(exc)
+            if self._lock is not None:
+                self._lock.release_untouched()
+            raise
+
+    def _name_in(self, exc: BaseException | None) -> None:
+        """Let an interruption or a stop name this run directory (the CLI says: 'fedaug resume <it>')."""
+        if isinstance(exc, (KeyboardInterrupt, RunStopped)) and not hasattr(exc, "run_dir"):
+            exc.run_dir = str(self.path)  # type: ignore[attr-defined]
+
     def __enter__(self) -> "RunDir":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if isinstance(exc, (KeyboardInterrupt, RunStopped)) and not hasattr(exc, "run_dir"):
-            exc.run_dir = str(self.path)  # type: ignore[attr-defined]  # the CLI names it: 'fedaug resume <it>'
+        self._name_in(exc)
         self.close()
 
     @contextmanager
@@ -274,16 +297,14 @@ class RunDir:
                           f"('fedaug resume' moves such lines to {ASIDE})", stacklevel=2)
         return records
 
-    def truncate_rounds(self, last: int) -> None:
-        """Keep the records of rounds ``1..last`` (the rounds a checkpoint at ``last`` covers) and
-        drop later ones, which the resumed run records again; lines that are not kept records
-        (:func:`read_records`) are appended to ``metrics.aside.jsonl`` first, with a warning.
-        ``metrics.jsonl`` is rewritten atomically.
+    def check_records(self, last: int) -> None:
+        """Check that ``metrics.jsonl`` records every round ``1..last`` (those a checkpoint at ``last``
+        covers), which a resume from it keeps.
 
         Raises:
-            CheckpointError: a round in ``1..last`` has no record (nothing is changed then).
+            CheckpointError: a round in ``1..last`` has no record; the message names them and the fix.
         """
-        records, left_out = read_records(self.path / METRICS)
+        records, _ = read_records(self.path / METRICS)
         missing = sorted(set(range(1, last + 1)) - {r["round"] for r in records})
         if missing:
             fix = (f"delete the checkpoints after round {missing[0] - 1} in {CKPT_DIR}/ to resume from an earlier "
@@ -293,6 +314,19 @@ class RunDir:
                 f"cannot resume '{self.path}': its newest checkpoint is at round {last}, but {METRICS} has no "
                 f"record of round {_spans(missing)}, which the finished run would lack; {fix}, or restore the "
                 "missing records")
+
+    def truncate_rounds(self, last: int) -> None:
+        """Keep the records of rounds ``1..last`` (the rounds a checkpoint at ``last`` covers) and
+        drop later ones, which the resumed run records again; lines that are not kept records
+        (:func:`read_records`) are appended to ``metrics.aside.jsonl`` first, with a warning.
+        ``metrics.jsonl`` is rewritten atomically.
+
+        Raises:
+            CheckpointError: a round in ``1..last`` has no record (:meth:`check_records`; nothing is
+                changed then).
+        """
+        self.check_records(last)
+        records, left_out = read_records(self.path / METRICS)
         if left_out:
             self._append(ASIDE, "".join(to_json({**e, "file": METRICS}) + "\n" for e in left_out))
             shown = [e for e in left_out if e["reason"] != "torn last line"]
@@ -341,16 +375,11 @@ class RunDir:
                     else "round 1 (it is the only checkpoint)")
         return _load_checkpoint(found[-1][1], f"delete it and resume again to continue from {fallback}")
 
-    def rewind(self, round: int) -> dict[str, Any] | None:
-        """Go back to the end of ``round``: its checkpoint's payload (``None`` for round 0, the start);
-        every later checkpoint is deleted and the records of later rounds are moved to
-        ``metrics.aside.jsonl`` (reason ``"abandoned: resumed from round K"``), so a state that no
-        client can train from (docs/engine.md, "The trust boundary") is never the only way forward.
-        Nothing changes when the checkpoint cannot be loaded.
+    def _checkpoints_for(self, round: int) -> dict[int, Path]:
+        """Every checkpoint by round, once ``round`` is known to have one (or is 0, the start).
 
         Raises:
-            CheckpointError: ``round`` has no checkpoint (the message lists the rounds that have one),
-                or it is unreadable or not a fedaug checkpoint.
+            CheckpointError: ``round`` has no checkpoint (the message lists the rounds that have one).
         """
         found = dict(self.checkpoints())
         if round and round not in found:
@@ -358,7 +387,28 @@ class RunDir:
             raise CheckpointError(
                 f"'{self.path}' has no checkpoint of round {round} (it keeps the newest keep_checkpoints; rounds with "
                 f"one: {have}); resume from one of them, or from round 0 to run it again from round 1")
-        payload = _load_checkpoint(found[round], "resume from another round") if round else None
+        return found
+
+    def load_round(self, round: int) -> dict[str, Any] | None:
+        """The payload of ``round``'s checkpoint (``None`` for round 0, the start); nothing is changed.
+
+        Raises:
+            CheckpointError: ``round`` has no checkpoint (the message lists the rounds that have one),
+                or it is unreadable or not a fedaug checkpoint.
+        """
+        found = self._checkpoints_for(round)
+        return _load_checkpoint(found[round], "resume from another round") if round else None
+
+    def rewind(self, round: int) -> None:
+        """Go back to the end of ``round`` (0: the start; :meth:`load_round` gives its payload): every
+        later checkpoint is deleted and the records of later rounds are moved to ``metrics.aside.jsonl``
+        (reason ``"abandoned: resumed from round K"``), so a state that no client can train from
+        (docs/engine.md, "The trust boundary") is never the only way forward.
+
+        Raises:
+            CheckpointError: ``round`` has no checkpoint (nothing is changed then).
+        """
+        found = self._checkpoints_for(round)
         records, _ = read_records(self.path / METRICS)
         later = [r for r in records if r["round"] > round]
         if later:
@@ -368,7 +418,6 @@ class RunDir:
         for r, path in found.items():
             if r > round:
                 path.unlink()
-        return payload
 
     # --- summary and report -------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:

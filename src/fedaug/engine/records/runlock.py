@@ -9,7 +9,9 @@ supports it on local filesystems and on NFS (emulated with POSIX locks, shared b
 
 The file holds the holder's pid, host and start time (JSON), for the refusal message and for
 operators; the holder deletes it on release. A file that is still there when the lock is free was
-left by a writer that was killed: it is taken over with a warning naming that writer.
+left by a writer that was killed: it is taken over with a warning naming that writer. A holder that
+changed nothing (a refused resume) releases with :meth:`RunLock.release_untouched`, which leaves
+the file as it found it: none, or the killed writer's record.
 """
 
 from __future__ import annotations
@@ -39,14 +41,19 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
-def _read_holder(fd: int) -> dict[str, Any]:
-    """The holder record in the lock file (``{}`` when empty or unreadable)."""
+def _read_bytes(fd: int) -> bytes:
+    """The whole lock file open as ``fd``."""
     os.lseek(fd, 0, os.SEEK_SET)
     data = b""
     while chunk := os.read(fd, 4096):
         data += chunk
+    return data
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    """The holder record in the lock file (``{}`` when empty or unreadable)."""
     try:
-        holder = json.loads(data)
+        holder = json.loads(_read_bytes(fd))
     except ValueError:
         return {}
     return holder if isinstance(holder, dict) else {}
@@ -80,8 +87,9 @@ class RunLock:
     >>> lock.release()
     """
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, found: bytes | None = None) -> None:
         self.path = path
+        self._fd, self._found = fd, found
         self._finalizer = weakref.finalize(self, _release, path, fd, os.getpid())
 
     @classmethod
@@ -95,7 +103,13 @@ class RunLock:
         directory = Path(directory)
         path = directory / LOCK
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
+            except FileExistsError:
+                try:
+                    fd, created = os.open(path, os.O_RDWR), False
+                except FileNotFoundError:
+                    continue  # its holder released (and deleted) it in between: create it
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -112,6 +126,7 @@ class RunLock:
             if _same_file(fd, path):
                 break
             os.close(fd)  # the holder released (and deleted) it while we opened it: take the new file
+        found = None if created else _read_bytes(fd)
         previous = _read_holder(fd)
         if previous:
             warnings.warn(f"run directory '{directory}' was locked by {_describe(previous)}, which ended without "
@@ -119,7 +134,7 @@ class RunLock:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        return cls(path, fd)
+        return cls(path, fd, found)
 
     @property
     def held(self) -> bool:
@@ -129,3 +144,16 @@ class RunLock:
     def release(self) -> None:
         """Release the lock and delete its file (idempotent)."""
         self._finalizer()
+
+    def release_untouched(self) -> None:
+        """Release the lock and leave its file as :meth:`acquire` found it: none, or the record of the
+        killed writer it took over, byte for byte (a refused resume changes nothing in the directory)."""
+        if self._found is None or not self.held:
+            self.release()
+            return
+        self._finalizer.detach()
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, self._found, 0)
+        finally:
+            os.close(self._fd)

@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 from fedaug.config.load import flatten
 from fedaug.config.schema import RunConfig
 from fedaug.core.errors import ConfigError
+from fedaug.core.paths import absolute_uri
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records.wandb_log import WandbBackend
 
@@ -228,6 +229,16 @@ def artifact_location(uri: str) -> str | None:
     return (path.parent / f"{path.stem}-artifacts").as_uri()
 
 
+def same_uri(a: str, b: str) -> bool:
+    """Whether two MLflow URIs name the same store, a relative path in either taken from the current
+    directory (a run made before configs recorded them absolute: docs/cli.md, "Paths in a config").
+
+    >>> same_uri("sqlite:///m.db", f"sqlite:///{Path.cwd() / 'm.db'}"), same_uri("sqlite:///m.db", "file:m.db")
+    (True, False)
+    """
+    return absolute_uri(a, Path.cwd()) == absolute_uri(b, Path.cwd())
+
+
 def check_tracking(cfg: RunConfig) -> None:
     """Fail before a run starts when ``[log]`` asks for a backend whose package is not installed, or for
     an MLflow store whose artifacts would land outside it (:func:`artifact_location`).
@@ -276,7 +287,8 @@ class Tracker:
             tracker._add("tensorboard", lambda: TensorBoardBackend(run_dir / TB_DIR, resume_from))
         if cfg.log.mlflow:
             known = state.get("mlflow", {})
-            run_id = known.get("run_id") if known.get("uri") == cfg.log.mlflow and resume_from is not None else None
+            same = isinstance(known.get("uri"), str) and same_uri(known["uri"], cfg.log.mlflow)
+            run_id = known.get("run_id") if same and resume_from is not None else None
             backend = tracker._add("mlflow", lambda: MlflowBackend.start(
                 cfg.log.mlflow, cfg.log.mlflow_experiment, run_dir.name, run_id,
                 {"fedaug.run_dir": str(run_dir), **(tags or {})}))
