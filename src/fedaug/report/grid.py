@@ -307,8 +307,7 @@ def parse_grid(raw: dict[str, Any], name: str, root: Path = Path("."), *, seeds:
     spec = GridSpec(name=name, methods=methods, seeds=seeds, base=base, common=common, settings=settings,
                     baseline=baseline, overrides=list(overrides), description=raw.get("description", ""),
                     kind=kind, reproduces=raw.get("reproduces", ""), notes=raw.get("notes", ""), root=root,
-                    imports=list(imports), pack=raw.get("pack", False))
-                    imports=list(imports), paper=paper)
+                    imports=list(imports), paper=paper, pack=raw.get("pack", False))
     check_cells(spec)
     return spec
 
