@@ -13,7 +13,15 @@ several processes (only where they are most of a run), each process starts a clu
 from __future__ import annotations
 
 import os
-from typing import Any
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
 
 LOOPBACK = "127.0.0.1"
 #: CPUs of the worker node (the head has none)
@@ -90,3 +98,70 @@ class LoopbackCluster:
         self.lost.append(node)
         self.worker = None
         return node_id
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+#: the ports ``ray start --head`` opens beside its own that default to fixed numbers (which another Ray on the machine
+#: may hold) or to ports the raylet waits to read from its agents' files, at most 15 s, which a loaded machine
+#: exceeds (ray-project/ray#65983): given here, each free a moment before
+PORTS = ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+         "runtime-env-agent-port")
+
+
+class StartedCluster:
+    """A head node as ``ray start --head`` leaves one running on a machine (issue 61): its own processes, and
+    its address in ``ray_current_cluster`` under ``RAY_TMPDIR``, where ``ray.init()`` without an address finds
+    it. Its ``RAY_TMPDIR`` is a short directory of its own (Ray's socket paths must stay short), which a command
+    started with :attr:`env` shares, as a user's commands share ``/tmp`` with the ``ray start`` they left running;
+    its ports are free ones (:data:`PORTS`), so that it clashes with no other Ray on the machine.
+    A context manager: started (once its address is written), then stopped (SIGTERM to ``ray start --block``, which
+    ends the node's processes) and its directory removed."""
+
+    def __init__(self, timeout_s: float = 240.0) -> None:
+        self.timeout_s = timeout_s
+        self.root = Path(tempfile.mkdtemp(prefix="fedaug-ray-"))
+        self.env = {**os.environ, "RAY_TMPDIR": str(self.root), "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.address = ""  # the head's GCS address, once it runs
+        self.session = Path()  # its session directory (its logs: logs/), once it runs
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.output: BinaryIO | None = None  # what ray start prints
+
+    def __enter__(self) -> StartedCluster:
+        port, log = free_port(), self.root / "ray-start.log"
+        self.output = log.open("wb")
+        ports = {f"--{k}": str(free_port()) for k in PORTS}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(port),
+             *[x for kv in ports.items() for x in kv], "--num-cpus", "1", "--node-ip-address", LOOPBACK,
+             "--object-store-memory", str(OBJECT_STORE), "--include-dashboard", "false",
+             "--include-log-monitor", "false", "--disable-usage-stats"],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
+        written = self.root / "ray" / "ray_current_cluster"
+        deadline = time.monotonic() + self.timeout_s
+        while not written.is_file() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not written.is_file():
+            raylet = next((self.root / "ray").glob("session_2*/logs/raylet.out"), None)
+            said = log.read_text(errors="replace")[-1000:]
+            said += raylet.read_text(errors="replace")[-3000:] if raylet is not None else ""
+            self.__exit__()
+            raise RuntimeError(f"ray start --head did not come up (exit status {self.proc.poll()}, "
+                               f"{self.timeout_s:.0f} s allowed); it and its raylet said:\n{said}")
+        self.address = written.read_text().strip()
+        self.session = (self.root / "ray" / "session_latest").resolve()  # before another Ray here moves the link
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=120)
+        if self.output is not None:
+            self.output.close()
+        shutil.rmtree(self.root, ignore_errors=True)

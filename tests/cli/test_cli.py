@@ -90,8 +90,21 @@ def test_a_run_ends_quietly_on_a_closed_pipe_after_writing_its_run(tmp_path):
 
 
 def test_a_run_whose_progress_pipe_closes_stops_quietly_and_resume_finishes_it(tmp_path, capsys):
-    out = through_a_closed_pipe(["run", str(write_cfg(tmp_path, rounds=3))], stream="stderr")
+    cfg = write_cfg(tmp_path, rounds=3)
+    out = through_a_closed_pipe(["run", str(cfg)], stream="stderr")
     assert (out.returncode, out.stdout) == (CLOSED_PIPE, "")  # stopped at its first progress line, no table
+    assert not (tmp_path / "runs").exists()  # that line says what is about to run: nothing was written yet
+    # 'fedaug run 2>&1 | head -1': the reader takes that first line and goes; the round line after it stops the run
+    proc = subprocess.Popen([sys.executable, "-m", "fedaug", "run", str(cfg)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        proc.stderr.close()
+        stdout = proc.stdout.read()
+        proc.wait(timeout=600)
+    finally:
+        proc.kill()
+    assert first.startswith("fedaug: ") and (proc.returncode, stdout) == (CLOSED_PIPE, ""), first
     (run,) = (tmp_path / "runs").iterdir()
     assert not (run / "summary.json").exists()
     assert main(["resume", str(run), "-q", "--format", "json"]) == 0

@@ -2,7 +2,10 @@
 through a pseudo-terminal redraws a live display, run through a pipe prints plain lines, and in both the
 running cell's round appears before the first cell ends. The command runs as a user runs it, in a
 subprocess; the pipe's run uses two jobs where there are two cores (cells in worker processes, their
-rounds sent back through a queue), the terminal's one (cells in the command's own process)."""
+rounds sent back through a queue), the terminal's one (cells in the command's own process).
+
+A pipe hears what is about to run at once (issue 61): ``fedaug run`` and ``fedaug compare`` print their first
+line while the data set has not loaded yet (a data set of the test's own that waits for a file)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +95,58 @@ def test_a_pipe_gets_plain_lines_with_the_running_cells_round_before_the_first_c
     assert progress and progress[0] < first_end, err
     assert any(re.match(r"fedaug compare: the (2 cells left take|1 cell left takes) about \d", line) for line in lines)
     assert "| FedAvg | 1 |" in proc.stdout  # the table, on stdout as before
+
+
+#: a data set that loads only once the file its ``gate`` option names exists: until then nothing can train
+GATED = '''"""A data set of the tests that waits for a file before it loads."""
+import time
+from pathlib import Path
+
+from fedaug.data import DATASETS, FederatedData
+from fedaug.data.synthetic import synthetic
+
+
+@DATASETS.register("gated", "synthetic data, loaded once the file gate exists (a plugin of the tests)")
+def gated(*, seed: int, gate: str) -> FederatedData:
+    """The tiny synthetic federation, once ``gate`` exists."""
+    while not Path(gate).exists():
+        time.sleep(0.05)
+    return synthetic(seed=seed, num_clients=3, samples_per_client=32, num_classes=4, size=8)
+'''
+
+#: what both commands train: the gated data, 2 rounds of a narrow CNN on the CPU
+GATED_RUN = ["model.options.width=8", "train.rounds=2", "train.local_steps=1", "train.batch_size=16", "threads=1",
+             "device=cpu", "data.name=gated"]
+
+
+def first_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The first line ``proc`` writes to its stderr (a pipe) within ``timeout`` seconds, else ``""``."""
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    return proc.stderr.readline() if ready else ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "first"), [
+    (["run", *GATED_RUN], "fedaug: gated-fedavg: data gated, model small_cnn, rounds 1-2 of 2, device cpu, this "
+                          "process at 1 thread\n"),
+    (["compare", "--method", "FedAvg", "--set", *GATED_RUN],
+     "compare gated-fedavg: 1 cell (1 setting x 1 method x 1 seed), device cpu, --jobs 1\n"),
+])
+def test_a_pipe_hears_what_is_about_to_run_before_the_data_loads(tmp_path, command, first):
+    gate = tmp_path / "gate"
+    (tmp_path / "gated.py").write_text(GATED)
+    cmd = [sys.executable, "-m", "fedaug", *command, f"data.options.gate={gate}", "--import", "gated.py"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environment())
+    try:
+        line = first_line(proc, timeout=180.0)  # the command's start-up: Python, torch, the config
+        runs = [p for name in ("config.toml", "metrics.jsonl") for p in tmp_path.rglob(name)]
+        gate.touch()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert line == first, line + err
+    assert runs == []  # the data had not loaded: no run directory, no round yet
+    assert proc.returncode == 0, err
+    assert re.search(r"^round 2/2  elapsed \d\d:\d\d  eta 00:00  train loss|^\[1/1\] default \| FedAvg \| seed 0: ran",
+                     err, re.M), err

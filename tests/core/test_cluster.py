@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import socket
+from types import SimpleNamespace
 
 import pytest
 
 from fedaug.core import cluster
 from fedaug.core.errors import ConfigError
+from tests.ray_cluster import free_port
 
 
 def test_a_node_with_other_software_is_refused_naming_each_version():
@@ -38,9 +39,7 @@ def not_connected(monkeypatch):
 
 
 def test_an_address_where_nothing_answers_is_refused_at_once(not_connected):
-    with socket.socket() as s:  # a loopback port that was free a moment ago
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(ConfigError, match=rf"^no Ray cluster answers at '127\.0\.0\.1:{port}' \(.*\); start one \(ray "
                                           r"start --head\) and give its address \(ray\.address, --ray ADDRESS or "
                                           r"RAY_ADDRESS\), or use 'local' for a Ray on this machine$"):
@@ -50,3 +49,46 @@ def test_an_address_where_nothing_answers_is_refused_at_once(not_connected):
 def test_an_address_that_is_not_one_is_refused(not_connected):
     with pytest.raises(ConfigError, match=r"^Ray address 'head' is not host:port, ray://host:port, auto or local; "):
         cluster.connect("head")
+
+
+class FakeRay:
+    """Ray's calls that :func:`cluster.session` makes, recorded: a cluster of 4 CPUs at 10.0.0.5:6379."""
+
+    def __init__(self, connected: bool) -> None:
+        self.connected, self.calls = connected, []
+
+    def is_initialized(self):
+        return self.connected
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs["address"]))
+        self.connected = True
+
+    def shutdown(self):
+        self.calls.append(("shutdown",))
+        self.connected = False
+
+    def cluster_resources(self):
+        return {"CPU": 4.0}
+
+    def get_runtime_context(self):
+        return SimpleNamespace(gcs_address="10.0.0.5:6379")
+
+
+@pytest.mark.parametrize(("address", "before", "calls", "text"), [
+    # local: a Ray of the command's own, whatever RAY_ADDRESS names (and not ray.init() without an address, which
+    # joins the cluster of RAY_ADDRESS or of 'ray start'); stopped after
+    ("local", False, [("init", "local"), ("shutdown",)], "a Ray started for this command at 10.0.0.5:6379"),
+    ("", False, [("init", "head:6379"), ("shutdown",)], "the Ray cluster at 10.0.0.5:6379"),  # RAY_ADDRESS
+    ("local", True, [], "the Ray cluster at 10.0.0.5:6379"),  # connected before (a Ray task): kept as it is
+])
+def test_a_session_starts_a_ray_of_its_own_for_local_and_leaves_ray_as_it_found_it(monkeypatch, address, before,
+                                                                                   calls, text):
+    fake = FakeRay(before)
+    monkeypatch.setattr(cluster, "import_ray", lambda: fake)
+    monkeypatch.setattr(cluster, "_check_reachable", lambda *a: None)
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    with cluster.session(address) as (ray, where):
+        assert ray is fake and fake.connected
+        assert where == f"{text} (CPUs: 4, GPUs: 0)"
+    assert fake.calls == calls and fake.connected == before

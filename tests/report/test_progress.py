@@ -1,5 +1,6 @@
-"""``fedaug compare``'s progress: the grid's ETA (a schedule of cells over jobs), the estimate line, and
-the plain lines a pipe gets, driven with a fake clock."""
+"""``fedaug compare``'s progress: the grid's ETA (a schedule of cells over jobs), the plan line (at once), the
+estimate line (naming what runs the cells: ``--jobs N`` or ``--ray ADDRESS``), and the plain lines a pipe gets,
+driven with a fake clock."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_about(seconds, text):
 
 
 def cell(method: str) -> Cell:
-    return Cell("default", method, 0, Path("/nowhere") / method, {})
+    return Cell("default", method, 0, Path("/nowhere") / method, {"device": "cpu"})
 
 
 def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
@@ -41,7 +42,7 @@ def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
     stream = io.StringIO()
     a, b, c = cell("A"), cell("B"), cell("C")
     with GridProgress("tiny", stream=stream, now=lambda: t[0]) as g:  # StringIO: not a terminal
-        g.planned([a, b, c], jobs=2)
+        g.planned([a, b, c], "--jobs 2", 2)
         g.started(a.label)
         g.started(b.label)
         t[0] = 10.0
@@ -57,6 +58,7 @@ def test_a_pipe_gets_throttled_grid_lines_one_estimate_and_a_line_per_cell():
         late = RoundUpdate(4, 4, 0, elapsed=20.0, metric="late", first=8.0)
         g.round_done(a.label, late)  # after its outcome (a worker's queue lagging): ignored
     assert stream.getvalue().splitlines() == [
+        "compare tiny: 3 cells (1 setting x 3 methods x 1 seed), device cpu, --jobs 2",  # at once
         # A: 8 s for its first round, 3 left: 24 s; a cell: A's 10 s so far + 24 = 34 s; B, starting, ends
         # then in 34 - 10 = 24 s; C starts on the first free job (24 s) and ends at 58 s
         "compare tiny: 0 done, 2 running, 1 left  elapsed 00:10  eta 00:58  [default | A | seed 0: round 1/4 "
@@ -77,7 +79,7 @@ def test_a_time_limit_shows_where_cells_stopped_and_which_were_not_started():
     stream = io.StringIO()
     a, b, c = cell("A"), cell("B"), cell("C")
     with GridProgress("tiny", stream=stream, now=lambda: 0.0) as g:
-        g.planned([a, b, c], jobs=1)
+        g.planned([a, b, c], "--jobs 1", 1)
         g.started(a.label)
         g.finished(1, 3, CellOutcome(a, "stopped", "/runs/a", 7.25, round=4, rounds=10))
         g.finished(2, 3, CellOutcome(b, "not started", None, 0.0, rounds=10))
@@ -88,3 +90,32 @@ def test_a_time_limit_shows_where_cells_stopped_and_which_were_not_started():
         "[3/3] default | C | seed 0: not started (saved at round 2 of 10) -> /runs/c",
     ]
     assert g.durations == []  # a stopped cell's time is not a cell's time
+
+
+@pytest.mark.parametrize(("scheduler", "jobs", "cluster", "about"), [
+    # A's 2 rounds took 4 s, 2 left: 4 s; a cell takes 8 s; B waits for no job (2 at once): 8 s, else after A: 12 s
+    ("--jobs 2", 2, None, "8 s on this machine"),
+    ("--jobs 1", 1, None, "12 s on this machine"),
+    # on Ray the plan comes before the cluster is reached; then a line names it and the cells it holds at once
+    ("--ray head:6379", None, ("the Ray cluster at 10.0.0.5:6379 (CPUs: 4, GPUs: 0)", 2, "2 cells"),
+     "8 s on the cluster"),
+    ("--ray local", None, ("a Ray started for this command at 127.0.0.1:6380 (CPUs: 1, GPUs: 0)", 1, "1 cell"),
+     "12 s on the cluster"),
+])
+def test_the_plan_comes_at_once_and_the_estimate_names_what_runs_the_cells(scheduler, jobs, cluster, about):
+    t = [0.0]
+    stream = io.StringIO()
+    a, b = cell("A"), cell("B")
+    with GridProgress("tiny", stream=stream, now=lambda: t[0]) as g:
+        g.planned([a, b], scheduler, jobs)
+        assert stream.getvalue() == f"compare tiny: 2 cells (1 setting x 2 methods x 1 seed), device cpu, {scheduler}\n"
+        if cluster is not None:
+            g.connected(*cluster[:2])
+        g.started(a.label)
+        t[0] = 4.0
+        g.round_done(a.label, RoundUpdate(2, 4, 0, elapsed=4.0, metric="", first=2.0))
+    printed = stream.getvalue().splitlines()
+    if cluster is not None:
+        assert printed[1] == f"compare tiny: {scheduler}: {cluster[0]}, {cluster[2]} at once"
+    assert (f"fedaug compare: the 2 cells left take about {about} (estimated from the rounds so far; "
+            f"{scheduler})") in printed

@@ -1,13 +1,17 @@
 """A grid's cells on Ray (``fedaug compare GRID --ray ADDRESS``, issue 49, Must show 1), on the session's
 loopback cluster (tests/ray_cluster.py): every cell equals the local grid's cell record for record, finished
 cells are kept and interrupted ones resumed as the local runner does, the same tables are printed, and run
-directories shipped back from a node that does not share the output directory equal them too."""
+directories shipped back from a node that does not share the output directory equal them too. ``--ray local``
+runs the cells on a Ray of the command's own, beside a cluster that ``ray start`` left running (issue 61)."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,7 @@ from fedaug.report.ray_cells import RayCells, cell_resources, pack_dir, receive,
 from fedaug.report.runner import CellOutcome, cell_dir, find_run, plan, run_grid
 from tests.cli.test_compare_cmd import write_grid
 from tests.engine.test_resume import comparable, summary_numbers
-from tests.ray_cluster import WORKER_CPUS
+from tests.ray_cluster import WORKER_CPUS, StartedCluster
 from tests.report.conftest import tiny_grid_raw, tiny_spec
 from tests.report.test_runner import Heard
 
@@ -84,7 +88,10 @@ def test_run_directories_shipped_back_from_the_nodes_equal_the_local_cells(on_ra
     assert sorted((o.cell.seed, o.status) for o in outcomes) == [(0, "ran"), (1, "resumed")]
     # each cell's start and rounds, from its node through Ray's queue, before its outcome; as many cells at once
     # as the cluster's CPUs hold
-    assert heard.events[0] == ("planned", 2, WORKER_CPUS)  # a cell reserves its threads = 1
+    # the plan before connecting, then the cluster reached: this process's (connected by on_ray: kept)
+    assert heard.events[:2] == [("planned", 2, f"--ray {on_ray.address}", None),
+                                ("connected", f"the Ray cluster at {on_ray.address} (CPUs: {WORKER_CPUS}, GPUs: 0)",
+                                 WORKER_CPUS)]  # a cell reserves its threads = 1
     ran, resumed = (next(o.cell.label for o in outcomes if o.cell.seed == seed) for seed in (0, 1))
     assert heard.of(ran) == ["started", (1, 3), (2, 3), (3, 3), "done"]
     assert heard.of(resumed) == ["started", (3, 3), "done"]
@@ -156,3 +163,46 @@ def test_ray_options_that_do_not_fit_are_refused(tmp_path, capsys, argv, message
 def test_an_unknown_way_of_writing_files_is_refused():
     with pytest.raises(ConfigError, match=r"--ray-files must be one of auto, shared, shipped, got 'nfs'"):
         RayCells("auto", "nfs")
+
+
+def processes_naming(text: str) -> list[int]:
+    """The ids of the running processes whose command line contains ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ray_local_starts_a_ray_of_its_own_beside_one_that_ray_start_left_running_and_stops_it(tmp_path):
+    pytest.importorskip("ray", reason="needs the ray extra: pip install 'fedaug[ray]' (make setup installs it)")
+    grid = write_grid(tmp_path, seeds=[0])  # 2 cells of 3 rounds
+    with StartedCluster() as outside:  # where ray.init() without an address finds it (RAY_TMPDIR)
+        proc = subprocess.Popen([sys.executable, "-m", "fedaug", "compare", str(grid), "--ray", "local", "--out",
+                                 str(tmp_path / "out")], env=outside.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=900)
+        finally:
+            proc.kill()  # where it ran out of time (it has ended otherwise)
+        joined = sorted(p.name for p in (outside.session / "logs").glob(f"*_{proc.pid}.log"))  # its driver's log
+        own = [p for p in (outside.root / "ray").glob("session_2*") if p != outside.session]
+        deadline = time.monotonic() + 30.0
+        while own and processes_naming(own[0].name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = processes_naming(own[0].name) if own else []
+    assert proc.returncode == 0, err
+    assert joined == []  # the cluster of 'ray start' saw no driver of the command
+    assert len(own) == 1 and left == []  # the command's own Ray: its session here, its processes gone
+    lines = err.splitlines()
+    assert re.fullmatch(r"compare tiny: 2 cells \(1 setting x 2 methods x 1 seed\), device auto \(\S+ here\), "
+                        r"--ray local", lines[0]), lines[:2]
+    reached = re.fullmatch(r"compare tiny: --ray local: a Ray started for this command at (\S+) \(CPUs: \d+, GPUs: "
+                           r"0\), [12] cells? at once", lines[1])
+    assert reached and reached[1] != outside.address, (lines[1], outside.address)
+    assert any(line.endswith("(estimated from the rounds so far; --ray local)") for line in lines), lines
+    assert "| FedAvg | 1 |" in out

@@ -40,8 +40,11 @@ class Heard:
     def __init__(self) -> None:
         self.events: list[tuple] = []
 
-    def planned(self, cells, jobs):
-        self.events.append(("planned", len(cells), jobs))
+    def planned(self, cells, scheduler, jobs):
+        self.events.append(("planned", len(cells), scheduler, jobs))
+
+    def connected(self, cluster, jobs):
+        self.events.append(("connected", cluster, jobs))
 
     def started(self, label):
         self.events.append(("started", label))
@@ -58,7 +61,7 @@ class Heard:
 
 
 def heard_every_round_before_the_outcome(heard: Heard, outcomes, jobs: int) -> None:
-    assert heard.events[0] == ("planned", len(outcomes), jobs)
+    assert heard.events[0] == ("planned", len(outcomes), f"--jobs {jobs}", jobs)
     for o in outcomes:  # each cell's start, its 3 rounds, then its outcome (from worker processes: via a queue)
         assert heard.of(o.cell.label) == ["started", (1, 3), (2, 3), (3, 3), "done"]
 

@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="run each cell as a task on a Ray cluster (the ray extra; docs/cluster.md), reserving the "
                         "cell's ray.num_cpus (default threads) and ray.num_gpus: its head's host:port, ray://host:port, "
                         "or without ADDRESS the cluster of RAY_ADDRESS or of 'ray start' on this machine ('local': "
-                        "a Ray started here)")
+                        "a Ray of the command's own, started here even where another runs, stopped when it is done)")
     p.add_argument("--ray-files", choices=("auto", "shared", "shipped"), default="auto",
                    help="with --ray: where cells write their run directories: 'shared' into --out on every node (a "
                         "shared file system), 'shipped' on the node, then sent back here; 'auto' (default): shared "
@@ -75,8 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="with --pack: at most N cells a pack (memory); default: every cell of one step's shape")
     p.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished cells")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress on stderr (cells done / running / left, each running cell's round and ETA, "
-                        "the grid's ETA, a line per finished cell)")
+                   help="no progress on stderr (what runs, at once; cells done / running / left, each running cell's "
+                        "round and ETA, the grid's ETA, a line per finished cell)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="print the Markdown table (default) or the summary as JSON")
     add_import_flag(p)

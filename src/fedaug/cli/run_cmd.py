@@ -71,7 +71,7 @@ def finish(summary: dict[str, Any], run_dir: Any, fmt: str) -> int:
 
     table = results_table(summary)
     incidents = run_incidents(run_dir.rounds())
-    extra = "".join(f"\n## Notice (round {n['round']})\n\n{md_text(n['text'])}\n" for n in summary["notices"])
+    extra = "".join(f"\n## Notice (round {n['round']})\n\n{md_text(n['text'])}\n" for n in summary.get("notices", []))
     extra += (f"\n## Rejections, drop-outs and attacks\n\n{to_markdown([incidents_table(incidents)])}"
               if incidents else "")
     run_dir.write_report(f"# {md_text(str(summary['name']))}\n\n{table}\n{extra}")

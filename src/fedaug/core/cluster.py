@@ -12,6 +12,8 @@ import os
 import platform
 import socket
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fedaug.core.errors import ConfigError
@@ -37,14 +39,24 @@ def import_ray() -> Any:
     return importlib.import_module("ray")
 
 
+def ray_target(address: str) -> str:
+    """The cluster an ``address`` names: itself, or where it is empty ``RAY_ADDRESS``, else ``local``.
+
+    >>> ray_target("head:6379")
+    'head:6379'
+    """
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
 def connect(address: str) -> Any:
     """This process connected to the Ray cluster at ``address`` (once; a process that is already
     connected, e.g. a Ray task, keeps its connection); the ``ray`` module.
 
     Args:
         address: the head's ``host:port``, ``ray://host:port`` (Ray Client), ``auto`` (``RAY_ADDRESS``,
-            else the cluster this machine joined with ``ray start``) or ``local`` (a Ray started here);
-            empty: ``RAY_ADDRESS`` where it is set, else ``local``.
+            else the cluster this machine joined with ``ray start``) or ``local`` (a Ray of this process's own,
+            started here even where another Ray runs on this machine or ``RAY_ADDRESS`` names one; Ray stops it
+            when the process disconnects or ends); empty: :func:`ray_target`.
 
     Raises:
         ConfigError: Ray is not installed, or no cluster answers at ``address`` (naming it).
@@ -52,7 +64,7 @@ def connect(address: str) -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
-    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    target = ray_target(address)
     fix = ("start one (ray start --head) and give its address (ray.address, --ray ADDRESS or RAY_ADDRESS), or use "
            "'local' for a Ray on this machine")
     if target not in ("local", "auto") and "://" not in target:
@@ -60,13 +72,44 @@ def connect(address: str) -> Any:
     try:
         with warnings.catch_warnings():  # Ray's notice of a change of its own defaults, which fedaug does not meet
             warnings.simplefilter("ignore", FutureWarning)
-            if target == "local":
-                ray.init(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
+            if target == "local":  # "local", not None: Ray would join the cluster of RAY_ADDRESS or of 'ray start'
+                ray.init(address="local", logging_level="WARNING", log_to_driver=False, include_dashboard=False)
             else:
                 ray.init(address=target, logging_level="WARNING", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"no Ray cluster answers at {target!r} ({exc}); {fix}") from None
     return ray
+
+
+@contextmanager
+def session(address: str) -> Iterator[tuple[Any, str]]:
+    """:func:`connect` for a ``with`` block: the ``ray`` module and the cluster as a progress line names it
+    (:func:`cluster_text`). A process that was not connected before is disconnected after, however the block
+    ends, which stops a Ray that ``local`` started for it; one that was (a Ray task, a test's cluster) keeps
+    its connection."""
+    ray = import_ray()
+    before = ray.is_initialized()
+    ray = connect(address)
+    try:
+        yield ray, cluster_text(ray, started=not before and ray_target(address) == "local")
+    finally:
+        if not before:
+            ray.shutdown()
+
+
+def cluster_text(ray: Any, started: bool) -> str:
+    """The cluster this process is connected to: who started it, its GCS address, its CPUs and GPUs.
+
+    Args:
+        started: whether this process started it (``local``).
+
+    Returns:
+        e.g. ``"a Ray started for this command at 127.0.0.1:6379 (CPUs: 2, GPUs: 0)"``.
+    """
+    resources = ray.cluster_resources()
+    who = "a Ray started for this command" if started else "the Ray cluster"
+    return (f"{who} at {ray.get_runtime_context().gcs_address} "
+            f"(CPUs: {resources.get('CPU', 0.0):g}, GPUs: {resources.get('GPU', 0.0):g})")
 
 
 def _check_reachable(address: str, fix: str, timeout_s: float = 5.0) -> None:

@@ -17,7 +17,8 @@ from contextlib import nullcontext
 from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig, validate
+from fedaug.config.schema import RunConfig, run_name, validate
+from fedaug.core.cluster import ray_target
 from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import FederatedData
@@ -28,7 +29,7 @@ from fedaug.engine.fleet.processes import ProcessFleet
 from fedaug.engine.fleet.ray import RayFleet
 from fedaug.engine.fleet.tasks import WorkerDied
 from fedaug.engine.records.installation import installation
-from fedaug.engine.records.progress import Progress, RoundUpdate
+from fedaug.engine.records.progress import Progress, RoundUpdate, announce, plural
 from fedaug.engine.records.rundir import CONFIG, RunDir
 from fedaug.engine.records.tracking import Tracker, check_tracking
 from fedaug.engine.server.loop import Federation, Server
@@ -143,6 +144,28 @@ def build_simulation(cfg: RunConfig, execution_order: Order | None = None, recip
     return Simulation(cfg, data, recipe, execution_order, trainer)
 
 
+def heading(cfg: RunConfig, start: int = 0) -> str:
+    """A run's first progress line, printed before its data loads: its name, data and model, the rounds left
+    after ``start``, its device and what trains its clients (this process, worker processes or Ray actors).
+
+    Raises:
+        ConfigError: a ``device`` this machine does not have (as :func:`build_simulation` would).
+
+    >>> heading(validate({"data": {"name": "synthetic"}, "train": {"rounds": 5}, "device": "cpu", "threads": 1}))
+    'fedaug: synthetic-fedavg: data synthetic, model small_cnn, rounds 1-5 of 5, device cpu, this process at 1 thread'
+    """
+    device, threads = resolve_device(cfg.device), plural(cfg.threads, "thread")
+    if cfg.fleet == "ray":
+        fleet = f"{plural(cfg.workers, 'Ray actor')} (Ray: {ray_target(cfg.ray.address)}) at {threads} each"
+    elif cfg.workers > 1:
+        fleet = f"{cfg.workers} worker processes on {', '.join(cfg.devices) or device} at {threads} each"
+    else:
+        fleet = f"this process at {threads}"
+    rounds = cfg.train.rounds
+    left = f"rounds {start + 1}-{rounds} of {rounds}" if start < rounds else f"all {rounds} rounds done"
+    return f"fedaug: {run_name(cfg)}: data {cfg.data.name}, model {cfg.model.name}, {left}, device {device}, {fleet}"
+
+
 def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
                    execution_order: Order | None = None,
                    tags: Mapping[str, str] | None = None,
@@ -161,6 +184,7 @@ def run_experiment(cfg: RunConfig, *, quiet: bool = False, write: bool = True,
     :class:`~fedaug.core.errors.RunStopped` with that round checkpointed, its ``run_dir`` set)."""
     cfg = pin(cfg)
     check_tracking(cfg)
+    announce(heading(cfg), quiet)
     sim = build_simulation(cfg, execution_order, trainer=trainer)
     run_dir = RunDir.start(cfg, out_dir) if write else None
     with run_dir if run_dir is not None else nullcontext():  # its writer lock, released however the run ends
@@ -217,7 +241,7 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
     run_dir = RunDir.open(path).lock(tidy=False)  # one writer: a second resume is refused
     with run_dir.untouched_if_refused():
         stored, cfg, sim = ready_to_resume(run_dir, device=device, recipe=recipe, workers=workers, fleet=fleet,
-                                           from_round=from_round, trainer=trainer)
+                                           from_round=from_round, quiet=quiet, trainer=trainer)
     with run_dir, sim:  # from here the resume changes the directory
         run_dir.tidy()
         if from_round is not None:
@@ -233,12 +257,13 @@ def resume_experiment(path: str, *, quiet: bool = False, device: str | None = No
 
 def ready_to_resume(run_dir: RunDir, *, device: str | None = None, recipe: Recipe | None = None,
                     workers: int | None = None, fleet: str | None = None, from_round: int | None = None,
-                    trainer: Trainer | None = None) -> tuple[RunConfig, RunConfig, Simulation]:
+                    quiet: bool = True, trainer: Trainer | None = None) -> tuple[RunConfig, RunConfig, Simulation]:
     """Everything a resume of ``run_dir`` needs, checked and built without changing a file in it: its
     stored config, the config it resumes with (:func:`fedaug.methods.recorded.check_resume`, with
     ``workers``, ``fleet`` and ``device`` applied), and the simulation, built (data loaded, model
     built) and restored from the checkpoint (newest, or ``from_round``'s), whose rounds
-    ``metrics.jsonl`` must record. Arguments and errors as :func:`resume_experiment`'s."""
+    ``metrics.jsonl`` must record; unless ``quiet``, the run's first progress line (:func:`heading`) on
+    stderr before the data loads. Arguments and errors as :func:`resume_experiment`'s."""
     stored = parse_config(read_toml(run_dir.path / CONFIG))
     payload = run_dir.load_latest() if from_round is None else run_dir.load_round(from_round)
     cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
@@ -251,8 +276,10 @@ def ready_to_resume(run_dir: RunDir, *, device: str | None = None, recipe: Recip
         except ConfigError as err:
             raise ConfigError(f"{err}; the run was configured for it: finish it here with "
                               f"'fedaug resume {run_dir.path} --device cpu' (or another available device)") from None
-    run_dir.check_records(payload["round"] if payload is not None else 0)
+    start = payload["round"] if payload is not None else 0
+    run_dir.check_records(start)
     check_tracking(cfg)
+    announce(heading(cfg, start), quiet)
     sim = build_simulation(cfg, recipe=recipe, trainer=trainer)
     if payload is not None:
         try:

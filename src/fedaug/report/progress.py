@@ -2,11 +2,13 @@
 and the grid's ETA, with ``--jobs`` (cells in worker processes) and ``workers`` alike.
 
 :func:`~fedaug.report.runner.run_grid` feeds a :class:`GridProgress` (its ``watch`` and ``on_done``):
-a cell's start, each of its rounds (:class:`~fedaug.engine.records.progress.RoundUpdate`) and its outcome. In
-a terminal the display redraws in place (rich); in a pipe or a CI log a plain line is printed at most
-every :data:`~fedaug.engine.records.progress.LINE_INTERVAL_S` seconds, and one line per finished cell. Once the
+the plan (one line at once: the grid, its cells, their devices and what runs them, ``--jobs N`` or ``--ray
+ADDRESS``; on Ray a second line names the cluster once it is reached), a cell's start, each of its rounds
+(:class:`~fedaug.engine.records.progress.RoundUpdate`) and its outcome. In a terminal the display redraws in
+place (rich); in a pipe or a CI log a plain line is printed at most every
+:data:`~fedaug.engine.records.progress.LINE_INTERVAL_S` seconds, and one line per finished cell. Once the
 running cell has trained two rounds (a cell's first round carries one-off costs), one line says about
-how long the whole grid will take on this machine (:func:`grid_eta`, from the rounds measured so far).
+how long the whole grid will take on this machine or cluster (:func:`grid_eta`, from the rounds measured so far).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import TextIO
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as RichProgress
 
-from fedaug.engine.records.progress import REFRESH_PER_S, LineThrottle, LiveBar, RoundUpdate, clock, console
+from fedaug.config.load import parse_config
+from fedaug.core.device import resolve_device
+from fedaug.engine.records.progress import REFRESH_PER_S, LineThrottle, LiveBar, RoundUpdate, clock, console, plural
 from fedaug.report.runner import Cell, CellOutcome
 
 
@@ -61,6 +65,21 @@ def about(seconds: float) -> str:
     return f"about {h} h {m} min"
 
 
+def plan_text(name: str, cells: Sequence[Cell], scheduler: str) -> str:
+    """A grid's first progress line: its cells (settings x methods x seeds), their devices (``auto`` with what
+    it means on this machine) and what runs them.
+
+    >>> from pathlib import Path
+    >>> cells = [Cell("default", m, 0, Path(m), {"device": "cpu"}) for m in ("A", "B")]
+    >>> plan_text("tiny", cells, "--jobs 2")
+    'compare tiny: 2 cells (1 setting x 2 methods x 1 seed), device cpu, --jobs 2'
+    """
+    shape = " x ".join(plural(len({getattr(c, key) for c in cells}), key) for key in ("setting", "method", "seed"))
+    devices = sorted({parse_config(c.raw).device for c in cells})
+    shown = ", ".join(f"auto ({resolve_device('auto')} here)" if d == "auto" else d for d in devices)
+    return f"compare {name}: {plural(len(cells), 'cell')} ({shape}), device {shown}, {scheduler}"
+
+
 @dataclass
 class _Running:
     started: float
@@ -89,7 +108,7 @@ class GridProgress(LiveBar):
         self.throttle = LineThrottle(now=now)
         self.running: dict[str, _Running] = {}
         self.total = self.done = 0
-        self.jobs = 1
+        self.jobs, self.scheduler, self.place = 1, "--jobs 1", "this machine"
         self.durations: list[float] = []
         self.announced = False
         self.t0 = now()
@@ -106,10 +125,20 @@ class GridProgress(LiveBar):
         return self
 
     # --- what run_grid reports ----------------------------------------------------------------
-    def planned(self, cells: Sequence[Cell], jobs: int) -> None:
-        """The invocation's cells (finished ones included: they end at once) and how many run at once."""
-        self.total, self.jobs, self.t0 = len(cells), jobs, self.now()
+    def planned(self, cells: Sequence[Cell], scheduler: str, jobs: int | None) -> None:
+        """The invocation's cells (finished ones included: they end at once), what runs them (``--jobs N``,
+        ``--ray ADDRESS``) and how many run at once (``None``: known once the cluster is reached,
+        :meth:`connected`); one line says so at once (:func:`plan_text`)."""
+        self.total, self.scheduler, self.t0 = len(cells), scheduler, self.now()
+        self.jobs = self.jobs if jobs is None else jobs
+        self._print(plan_text(self.name, cells, scheduler))
         self._show(line=False)
+
+    def connected(self, cluster: str, jobs: int) -> None:
+        """The Ray cluster reached (``cluster``: :func:`~fedaug.core.cluster.cluster_text`) and how many cells
+        it runs at once; one line (and the estimate speaks of the cluster, not this machine)."""
+        self.jobs, self.place = jobs, "the cluster"
+        self._print(f"compare {self.name}: {self.scheduler}: {cluster}, {plural(jobs, 'cell')} at once")
 
     def started(self, label: str) -> None:
         """The cell ``label`` starts training (or resuming)."""
@@ -132,8 +161,8 @@ class GridProgress(LiveBar):
             self.announced = True
             busy = self.total - self.done
             cells = f"{busy} cells left take" if busy != 1 else "1 cell left takes"
-            self._print(f"fedaug compare: the {cells} {about(eta)} on this machine "
-                        f"(estimated from the rounds so far; --jobs {self.jobs})")
+            self._print(f"fedaug compare: the {cells} {about(eta)} on {self.place} "
+                        f"(estimated from the rounds so far; {self.scheduler})")
         self._show()
 
     def finished(self, k: int, total: int, outcome: CellOutcome) -> None:
@@ -171,13 +200,6 @@ class GridProgress(LiveBar):
     def _summary(self) -> str:
         left = self.total - self.done - len(self.running)
         return f"compare {self.name}: {self.done} done, {len(self.running)} running, {left} left"
-
-    def _print(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(line, markup=False, highlight=False)
-        else:
-            self.console.file.write(line + "\n")
-            self.console.file.flush()
 
     def _show(self, final: bool = False, line: bool = True) -> None:
         """Redraw the terminal display; in a pipe, print the grid's line if ``line`` and the throttle lets it."""

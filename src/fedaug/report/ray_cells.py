@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaug.config.load import parse_config
-from fedaug.core.cluster import check_software, connect, software
+from fedaug.core.cluster import check_software, session, software
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import configure_process
 from fedaug.engine.records.progress import RoundUpdate
@@ -166,9 +166,13 @@ class _Started:
     def __init__(self, watch: GridWatch | None) -> None:
         self.watch, self.labels = watch, set[str]()
 
-    def planned(self, cells: Sequence[Cell], jobs: int) -> None:
+    def planned(self, cells: Sequence[Cell], scheduler: str, jobs: int | None) -> None:
         if self.watch is not None:
-            self.watch.planned(cells, jobs)
+            self.watch.planned(cells, scheduler, jobs)
+
+    def connected(self, cluster: str, jobs: int) -> None:
+        if self.watch is not None:
+            self.watch.connected(cluster, jobs)
 
     def started(self, label: str) -> None:
         self.labels.add(label)
@@ -182,7 +186,9 @@ class _Started:
 
 def run_on_ray(cells: list[Cell], out: Path, target: RayCells, record: Callable[[CellOutcome], None],
                keep_going: bool, watch: GridWatch | None) -> None:
-    """Run ``cells`` on the Ray cluster of ``target`` (module docstring), telling ``record`` each outcome.
+    """Run ``cells`` on the Ray cluster of ``target`` (module docstring), telling ``record`` each outcome and
+    ``watch`` the plan (before this process connects: starting a Ray takes seconds) and the cluster reached.
+    A Ray that ``local`` started for this call is stopped when it returns (:func:`~fedaug.core.cluster.session`).
 
     Stops submitting at the first failed cell and cancels the cells that have not started (those
     running finish), unless ``keep_going``; Ctrl-C cancels every cell (a running one stops where it
@@ -191,17 +197,26 @@ def run_on_ray(cells: list[Cell], out: Path, target: RayCells, record: Callable[
     Raises:
         ConfigError: no cluster at ``target.address``, or Ray is not installed.
     """
-    ray = connect(target.address)
+    seen = _Started(watch)
+    seen.planned(cells, f"--ray {target.address}", None)
+    with session(target.address) as (ray, cluster):
+        least = min((cell_resources(c)["num_cpus"] for c in cells), default=1.0)
+        seen.connected(cluster, max(1, int(ray.cluster_resources().get("CPU", 1.0) // max(least, 1.0))))
+        _run_tasks(ray, cells, out, target, record, keep_going, seen)
+
+
+def _run_tasks(ray: Any, cells: list[Cell], out: Path, target: RayCells, record: Callable[[CellOutcome], None],
+               keep_going: bool, seen: _Started) -> None:
+    """:func:`run_on_ray`'s cells, this process connected to the cluster: settle or submit each, then
+    collect the tasks as they end."""
     from ray.util.queue import Queue
 
     out.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     token_file = out / f".ray-token-{token[:8]}"
     token_file.write_text(token)
-    events, ended, seen = Queue(actor_options={"num_cpus": 0}), set[str](), _Started(watch)
+    events, ended = Queue(actor_options={"num_cpus": 0}), set[str]()
     task = ray.remote(run_cell_task)
-    least = min((cell_resources(c)["num_cpus"] for c in cells), default=1.0)
-    seen.planned(cells, max(1, int(ray.cluster_resources().get("CPU", 1.0) // max(least, 1.0))))
     pending: dict[Any, Cell] = {}
     failed = False
     try:

@@ -72,9 +72,12 @@ Report = Callable[[str, str, "RoundUpdate | None"], None]
 
 
 class GridWatch(Protocol):
-    """What :func:`run_grid` tells while cells run (:class:`fedaug.report.progress.GridProgress`)."""
+    """What :func:`run_grid` tells while cells run (:class:`fedaug.report.progress.GridProgress`): the plan
+    before any cell starts (its cells, what runs them: ``--jobs N`` or ``--ray ADDRESS``, and how many at once:
+    ``None`` on Ray until :meth:`connected` says how many its cluster holds), each cell's start and rounds."""
 
-    def planned(self, cells: Sequence[Cell], jobs: int) -> None: ...
+    def planned(self, cells: Sequence[Cell], scheduler: str, jobs: int | None) -> None: ...
+    def connected(self, cluster: str, jobs: int) -> None: ...
     def started(self, label: str) -> None: ...
     def round_done(self, label: str, update: RoundUpdate) -> None: ...
 
@@ -587,7 +590,9 @@ def _run_here(cells: list[Cell], units: list[Unit], jobs: int, record: Callable[
         record(outcome)
 
     if watch is not None:
-        watch.planned(cells, jobs)
+        packs = sum(not isinstance(u, Cell) for u in units)
+        watch.planned(cells, f"--jobs {jobs}" + (f" --pack ({packs} pack{'s' if packs > 1 else ''})" if packs else ""),
+                      jobs)
     todo = deque(units)
     if jobs == 1:
         report = None if watch is None else partial(_tell, watch)

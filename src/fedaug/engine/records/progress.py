@@ -1,8 +1,9 @@
 """Live progress of a run: the round, elapsed time, ETA and the latest metric, drawn with rich.
 
-In a terminal (rich's ``Console.is_interactive``) a bar redraws in place; in a pipe or a CI log a
-plain line is printed for the first round, then at most every :data:`LINE_INTERVAL_S` seconds, and
-for the last round; ``quiet`` prints nothing. rich is a dependency of fedaug (already one of Flower's
+Before anything loads, one line says what is about to run and where (:func:`announce`). In a
+terminal (rich's ``Console.is_interactive``) a bar then redraws in place; in a pipe or a CI log a plain
+line is printed for the first round, then at most every :data:`LINE_INTERVAL_S` seconds, and for the
+last round; ``quiet`` prints nothing. rich is a dependency of fedaug (already one of Flower's
 and Typer's); nothing here changes what a run computes. A comparison grid's display
 (:mod:`fedaug.report.progress`) reuses :class:`RoundUpdate`, :class:`LineThrottle` and :func:`clock`.
 """
@@ -31,6 +32,11 @@ def clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``plural(1, "thread")`` -> ``"1 thread"``, ``plural(2, "thread")`` -> ``"2 threads"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -100,11 +106,30 @@ def console(stream: TextIO | None = None) -> Console:
     return Console(file=stream if stream is not None else sys.stderr)
 
 
+def announce(line: str, quiet: bool = False, stream: TextIO | None = None) -> None:
+    """Print ``line`` at once on ``stream`` (default stderr; nothing with ``quiet``): what a run is about to do,
+    before its data loads and its first round trains, so that a pipe hears from it at once."""
+    if not quiet:
+        out = console(stream).file
+        out.write(line + "\n")
+        out.flush()
+
+
 class LiveBar:
     """A context whose rich bar (``bar``, set by the subclass's ``__enter__`` on an interactive console, else
-    ``None``) stops when the context closes, however it closes."""
+    ``None``) stops when the context closes, however it closes; lines go above the bar, or to ``console``'s
+    stream as they are."""
 
     bar: RichProgress | None = None
+    console: Console
+
+    def _print(self, line: str) -> None:
+        """Print ``line`` at once: above the bar while it is drawn, else as a plain line."""
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False)
+        else:
+            self.console.file.write(line + "\n")
+            self.console.file.flush()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -158,5 +183,4 @@ class Progress(LiveBar):
         if self.bar is not None:
             self.bar.update(self.task, completed=round, eta=clock(update.eta), metric=metric, refresh=True)
         elif self.throttle.due(final=round == self.total):
-            self.console.file.write(update.line() + "\n")
-            self.console.file.flush()
+            self._print(update.line())
