@@ -230,17 +230,22 @@ def test_a_time_limited_grid_exits_75_and_the_same_command_continues_to_the_unin
 
 
 @pytest.mark.filterwarnings("ignore:run directory .* ended without releasing it:UserWarning")  # the killed cell's
-def test_a_killed_compare_then_the_same_command_equals_the_uninterrupted_grid(tiny_grid, tmp_path, capsys):
-    grid, out = write_grid(tmp_path), tmp_path / "out"
-    args = ["compare", str(grid), "--out", str(out), "-q"]
+def kill_at_first_checkpoint(args: list[str], out) -> None:
+    """Run ``fedaug ARGS`` in a process and SIGKILL it (no handler runs) once a cell under ``out`` has a checkpoint."""
     proc = subprocess.Popen([sys.executable, "-m", "fedaug", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     give_up = time.monotonic() + 300
     while not list(out.glob("*/*/seed*/*/checkpoints/round_*.pt")) and proc.poll() is None:
         assert time.monotonic() < give_up, "no checkpoint within 300 s"
         time.sleep(0.05)
-    proc.kill()  # SIGKILL: no handler runs
+    proc.kill()
     assert proc.wait() == -9, proc.stderr.read()
+
+
+def test_a_killed_compare_then_the_same_command_equals_the_uninterrupted_grid(tiny_grid, tmp_path, capsys):
+    grid, out = write_grid(tmp_path), tmp_path / "out"
+    args = ["compare", str(grid), "--out", str(out), "-q"]
+    kill_at_first_checkpoint(args, out)
     assert len(summaries(out)) < 4
     assert main(args) == 0
     assert records_by_cell(out) == records_by_cell(tiny_grid) and len(records_by_cell(out)) == 4

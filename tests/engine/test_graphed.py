@@ -76,17 +76,29 @@ SCOPE = ["fedavg", "fedbn", "fedprox", "scaffold", "fedavg_clip", "median", "fed
 
 @pytest.mark.parametrize("method", SCOPE)
 def test_graphed_steps_equal_eager_steps_bit_for_bit(method):
-    want_sim = build_simulation(config(method, 1))
-    want = records(want_sim, 3)
-    sim = build_simulation(config(method, 1))
-    steps = graph(sim)
-    got = records(sim, 3)
-    assert got == want  # every metric, loss term, norm and evaluation of every round
-    for a, b in zip(*(list(graphed_leaves(s)) for s in (sim, want_sim)), strict=True):
-        assert a[0] == b[0], a[0]  # final weights, server and client state
-        assert torch.equal(a[1], b[1]) if isinstance(b[1], Tensor) else a[1] == b[1], a[0]
+    _, steps = replays_equal(config(method, 1).to_dict(), graph)
     # one batch shape, one learning rate: captured once for 12 clients (FLea: again when its buffer fills)
     assert steps.num_captures == (2 if method == "flea" else 1)
+
+
+def replays_equal(raw: dict[str, Any], install: Any) -> tuple[Simulation, Any]:
+    """The run of config ``raw`` trained 3 rounds with its steps replayed (``install`` puts the captures on a
+    simulation and returns them) equals it trained without, bit for bit: every record and the final states.
+    Returns the simulation and its captures."""
+    want_sim = build_simulation(validate(raw))
+    want = records(want_sim, 3)
+    sim = build_simulation(validate(raw))
+    steps = install(sim)
+    assert records(sim, 3) == want  # every metric, loss term, norm and evaluation of every round
+    assert_same_state(sim, want_sim)
+    return sim, steps
+
+
+def assert_same_state(a: Simulation, b: Simulation) -> None:
+    """The final weights, server and client states of two simulations, bit for bit."""
+    for x, y in zip(graphed_leaves(a), graphed_leaves(b), strict=True):
+        assert x[0] == y[0], x[0]
+        assert torch.equal(x[1], y[1]) if isinstance(y[1], Tensor) else x[1] == y[1], x[0]
 
 
 def graphed_leaves(sim: Simulation):
@@ -102,11 +114,7 @@ def test_partial_batches_and_a_learning_rate_schedule_each_get_their_own_graph()
     train = dict(lr=0.01, local_steps=None, local_epochs=1, drop_last=False, lr_schedule="exponential", lr_decay=0.5)
     raw = config("fedprox", 1, **train).to_dict()
     raw["data"]["options"].update(num_clients=4, samples_per_client=44)
-    want = records(build_simulation(validate(raw)), 3)
-    sim = build_simulation(validate(raw))
-    steps = graph(sim)
-    got = records(sim, 3)
-    assert got == want
+    sim, steps = replays_equal(raw, graph)
     sizes = {len(c.train) for c in sim.fleet.clients}
     shapes = {(16,)} | {(n % 16,) for n in sizes if n % 16 > 1}
     assert steps.num_captures == 3 * len(shapes)  # every batch shape, once per round's learning rate

@@ -10,15 +10,12 @@ import dataclasses
 from typing import Any
 
 import pytest
-import torch
-from torch import Tensor
 
-from fedaug.config.schema import validate
 from fedaug.engine.client.capture import TracedCapture
 from fedaug.engine.client.grouped_graphs import GroupGraphs
 from fedaug.engine.fleet.packed import Pack
 from fedaug.engine.run import Simulation, build_simulation
-from tests.engine.test_graphed import SCOPE, graphed_leaves
+from tests.engine.test_graphed import SCOPE, replays_equal
 from tests.engine.test_grouped import config, records
 
 
@@ -29,20 +26,9 @@ def captured(sim: Simulation) -> GroupGraphs:
     return worker.group_graphs
 
 
-def assert_same_state(a: Simulation, b: Simulation) -> None:
-    for x, y in zip(graphed_leaves(a), graphed_leaves(b), strict=True):
-        assert x[0] == y[0], x[0]
-        assert torch.equal(x[1], y[1]) if isinstance(y[1], Tensor) else x[1] == y[1], x[0]
-
-
 @pytest.mark.parametrize("method", SCOPE)
 def test_captured_groups_equal_grouped_steps_bit_for_bit(method):
-    want_sim = build_simulation(config(method, 4))
-    want = records(want_sim, 3)
-    sim = build_simulation(config(method, 4))
-    graphs = captured(sim)
-    assert records(sim, 3) == want  # every metric, loss term, norm and evaluation of every round
-    assert_same_state(sim, want_sim)
+    _, graphs = replays_equal(config(method, 4).to_dict(), captured)
     # one group layout, one batch shape: captured once for three rounds (FLea: again when its buffer fills)
     assert graphs.num_captures == (2 if method == "flea" else 1)
 
@@ -53,10 +39,7 @@ def test_partial_batches_a_schedule_and_group_sizes_each_get_their_own_graph():
     train = dict(lr=0.01, local_steps=None, local_epochs=1, drop_last=False, lr_schedule="exponential", lr_decay=0.5)
     raw = config("fedprox", 3, **train).to_dict()
     raw["data"]["options"].update(num_clients=4, samples_per_client=44)
-    want = records(build_simulation(validate(raw)), 3)
-    sim = build_simulation(validate(raw))
-    graphs = captured(sim)
-    assert records(sim, 3) == want
+    _, graphs = replays_equal(raw, captured)
     assert graphs.num_captures == 3 * 2  # per round's rate: the full batches' graph and the partial one's
 
 

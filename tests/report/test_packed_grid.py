@@ -6,10 +6,6 @@ leaves the pack."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +14,7 @@ import pytest
 from fedaug.cli.main import main
 from fedaug.report import deadline
 from fedaug.report.runner import run_grid
-from tests.cli.test_compare_cmd import write_grid
+from tests.cli.test_compare_cmd import kill_at_first_checkpoint, write_grid
 from tests.engine.test_grouped import METHODS, assert_close_trees
 from tests.report.conftest import TickClock, records_by_cell, tiny_spec
 
@@ -74,14 +70,7 @@ def test_a_time_limited_packed_grid_continues_to_the_uninterrupted_packed_grid(p
 def test_a_killed_packed_compare_then_the_same_command_equals_the_uninterrupted_packed_grid(packed_grid, tmp_path):
     grid, out = write_grid(tmp_path), tmp_path / "out"
     args = ["compare", str(grid), "--out", str(out), "-q", "--pack"]
-    proc = subprocess.Popen([sys.executable, "-m", "fedaug", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    give_up = time.monotonic() + 300
-    while not list(out.glob("*/*/seed*/*/checkpoints/round_*.pt")) and proc.poll() is None:
-        assert time.monotonic() < give_up, "no checkpoint within 300 s"
-        time.sleep(0.05)
-    proc.kill()
-    assert proc.wait() == -9, proc.stderr.read()
+    kill_at_first_checkpoint(args, out)
     assert main(args) == 0
     assert records_by_cell(out) == records_by_cell(packed_grid)
 

@@ -233,9 +233,6 @@ class GraphedSteps:
         if self._loss is None:
             self._loss = plan.loss()
         lr, static = ctx.lr, Graphed(_as_static(inputs, ctx.device), lambda: None)
-        saved = [(t, t.detach().clone()) for t in self._static()]
-        fresh = not self.optimizer.state
-        rng = self.capture.rng_state()
         captured = self.captured
 
         def step() -> tuple[Tensor, dict[str, Tensor]]:
@@ -244,30 +241,49 @@ class GraphedSteps:
             return plan.update(self._loss, self.optimizer, self.params, captured,  # type: ignore[arg-type]
                                (None, None, captured, s.drawn, s.x, s.y))
 
-        with self.capture.warm_up():
-            for _ in range(WARMUP_STEPS):
-                total, terms = step()
-        if not torch.equal(self.capture.rng_state(), rng):
-            raise ConfigError("train.cuda_graph=true: a training step of this model draws from the global random "
-                              "stream (a random layer other than dropout), which a captured step would replay with "
-                              "other numbers; set train.cuda_graph=false")
-        if not self.sums:
-            self.sums = {k: torch.zeros_like(v) for k, v in terms.items()}
-        with torch.no_grad():
-            torch._foreach_copy_([t for t, _ in saved], [v for _, v in saved])
-        if fresh:
-            reset_optimizer_state_(self.optimizer)
-
-        def body() -> None:
-            total, terms = step()
-            torch._foreach_add_([self.total, *self.sums.values()], [total, *(terms[k] for k in self.sums)])
-
-        static.replay = self.capture.capture(body)
+        static.replay, self.sums = capture_step(self.capture, step, self._static(), self.optimizer, self.total,
+                                                self.sums)  # type: ignore[arg-type]
         self.num_captures += 1
         self.graphs[key] = static
         if len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)
         return static
+
+
+def capture_step(capture: Capture, step: Callable[[], tuple[Tensor, dict[str, Tensor]]], static: list[Tensor],
+                 optimizer: torch.optim.Optimizer, total: Tensor, sums: dict[str, Tensor]
+                 ) -> tuple[Callable[[], None], dict[str, Tensor]]:
+    """A step captured by the protocol of PyTorch's notes on CUDA graphs: :data:`WARMUP_STEPS` warm-up steps of
+    ``step`` (on a side stream), undone after (every tensor of ``static``, the optimiser's state where it had
+    none), the global random stream checked untouched, then the capture of ``step`` adding its total and loss terms
+    to ``total`` and ``sums`` (made from the warm-up's terms where empty).
+
+    Returns:
+        What replays the step, and the sums it adds to.
+
+    Raises:
+        ConfigError: the step drew from the global random stream.
+    """
+    saved = [(t, t.detach().clone()) for t in static]
+    fresh, rng = not optimizer.state, capture.rng_state()
+    with capture.warm_up():
+        for _ in range(WARMUP_STEPS):
+            _, terms = step()
+    if not torch.equal(capture.rng_state(), rng):
+        raise ConfigError("train.cuda_graph=true: a training step of this model draws from the global random "
+                          "stream (a random layer other than dropout), which a captured step would replay with "
+                          "other numbers; set train.cuda_graph=false")
+    sums = sums or {k: torch.zeros_like(v) for k, v in terms.items()}
+    with torch.no_grad():
+        torch._foreach_copy_([t for t, _ in saved], [v for _, v in saved])
+    if fresh:
+        reset_optimizer_state_(optimizer)
+
+    def body() -> None:
+        total_, terms_ = step()
+        torch._foreach_add_([total, *sums.values()], [total_, *(terms_[k] for k in sums)])
+
+    return capture.capture(body), sums
 
 
 def _layout(state: State) -> object:

@@ -25,9 +25,8 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from fedaug.core.errors import ConfigError
 from fedaug.engine.client.capture import Capture
-from fedaug.engine.client.graphed import MAX_GRAPHS, WARMUP_STEPS, reset_optimizer_state_, state_leaves
+from fedaug.engine.client.graphed import MAX_GRAPHS, capture_step, reset_optimizer_state_, state_leaves
 from fedaug.engine.client.grouped import Started, Trained, group_optimizer, group_rates, metrics_of, signature
 from fedaug.engine.client.step import mini_batch, stack_states, state_slice
 
@@ -145,32 +144,14 @@ class GroupGraphs:
         (:meth:`GraphedSteps._capture <fedaug.engine.client.graphed.GraphedSteps._capture>`'s protocol)."""
         plan = group[0].plan
         x, y, drawn = step_in[0].detach().clone(), step_in[1].detach().clone(), _cloned(step_in[2])
-        saved = [(t, t.detach().clone()) for t in layout.static()]
-        fresh, rng = not layout.optimizer.state, self.capture.rng_state()
 
         def step() -> tuple[Tensor, dict[str, Tensor]]:
             return plan.update(layout.loss, layout.optimizer, layout.params, layout.captured,
                                (layout.params, layout.consts, layout.captured, drawn, x, y))
 
-        with self.capture.warm_up():
-            for _ in range(WARMUP_STEPS):
-                _, terms = step()
-        if not torch.equal(self.capture.rng_state(), rng):
-            raise ConfigError("train.cuda_graph=true: a training step of this model draws from the global random "
-                              "stream (a random layer other than dropout), which a captured step would replay with "
-                              "other numbers; set train.cuda_graph=false")
-        if not layout.sums:
-            layout.sums = {k: torch.zeros_like(v) for k, v in terms.items()}
-        with torch.no_grad():
-            torch._foreach_copy_([t for t, _ in saved], [v for _, v in saved])
-        if fresh:
-            reset_optimizer_state_(layout.optimizer)
-
-        def body() -> None:
-            total, terms = step()
-            torch._foreach_add_([layout.total, *layout.sums.values()], [total, *(terms[k] for k in layout.sums)])
-
-        graph = ([x, y, *state_leaves(drawn)], self.capture.capture(body))
+        replay, layout.sums = capture_step(self.capture, step, layout.static(), layout.optimizer, layout.total,
+                                           layout.sums)
+        graph = ([x, y, *state_leaves(drawn)], replay)
         self.num_captures += 1
         layout.graphs[shape] = graph
         self.order[(key, shape)] = None
