@@ -174,3 +174,38 @@ def test_the_work_around_the_local_steps_calls_a_constant_number_of_operators_pe
     per_client = {m: round_calls(monkeypatch, m, 3, "accelerator") - round_calls(monkeypatch, m, 2, "accelerator")
                   for m in ("small_cnn", "mobilenetv2_cifar")}
     assert per_client["mobilenetv2_cifar"] == per_client["small_cnn"], per_client
+
+
+def pack_reads(monkeypatch: pytest.MonkeyPatch, cells: int, rounds: int) -> int:
+    """The host reads of a pack of ``cells`` small federations (3 clients each, seeds 0, 1, ...) run for ``rounds``
+    rounds with an evaluation after each, counted in every thread (the cells' and the pack's own)."""
+    from fedaug.engine.fleet.packed import Pack
+    from fedaug.methods.base import fedavg
+
+    fedavg._normalized.cache_clear()  # the weights' normalisation is cached (read once) across runs of a process
+    raw = {"seed": 0, "threads": 1, "model": {"name": "small_cnn"},
+           "data": {"name": "synthetic", "options": {"num_clients": 3, "samples_per_client": 12, "size": 16,
+                                                     "channels": 3, "num_classes": 10}},
+           "train": {"rounds": rounds, "local_steps": 1, "batch_size": 6}, "eval": {"every": 1}}
+    with counting(monkeypatch) as reads:
+        def body(slot: Any, seed: int) -> None:
+            with reads:  # the mode is each thread's own
+                sim = build_simulation(validate({**raw, "seed": seed}), trainer=slot.train)
+                for r in range(1, rounds + 1):
+                    sim.run_round(r)
+                    sim.evaluate()
+
+        results = Pack().run([lambda slot, s=s: body(slot, s) for s in range(cells)])
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    return reads.total
+
+
+def test_a_packed_rounds_host_reads_are_a_constant_plus_a_constant_per_cell(monkeypatch):
+    """A pack's round (round 2 less round 1's reads: building and first-round work cancel) reads a constant plus a
+    constant per cell of three clients; the training metrics are read once per group (one per round here: every
+    client of the pack in one group), not once per client, so a packed cell reads at most what it reads alone."""
+    per_round = {k: pack_reads(monkeypatch, k, 2) - pack_reads(monkeypatch, k, 1) for k in (1, 2, 3)}
+    per_cell = per_round[2] - per_round[1]
+    assert per_round[3] - per_round[2] == per_cell, per_round  # linear in the cells
+    alone = round_reads(monkeypatch, "small_cnn", 3).total  # one cell of three clients, one at a time
+    assert per_cell <= alone - 2, (per_round, alone)  # three clients' training metrics in one read
