@@ -137,8 +137,8 @@ def start_client(recipe: Recipe, ctx: ClientCtx, downlink: Message, state: Mappi
 def signature(s: Started) -> tuple[Any, ...]:
     """What the clients of one group share: the sizes of their batches, the shapes and dtypes of their
     samples and targets, the names and shapes of their weights and buffers and of their components' captured
-    tensors in the step (:attr:`Started.in_step`), their optimiser and momentum, and for Adam (whose step takes one learning rate) their learning
-    rate and weight decay."""
+    tensors in the step (:attr:`Started.in_step`), their optimiser and momentum, and for Adam (whose step takes one
+    learning rate) their learning rate and weight decay."""
     data = s.ctx.data
     rates = (s.ctx.lr, s.cfg.weight_decay) if s.cfg.optimizer != "sgd" else ()
     return (tuple(len(i) for i in s.steps), tuple(data.x.shape[1:]), data.x.dtype, tuple(data.y.shape[1:]),

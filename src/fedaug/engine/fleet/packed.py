@@ -148,8 +148,9 @@ class Pack(Generic[T]):
             for slot in slots:
                 slot.error = KeyboardInterrupt()
             return
-        started = {(slot.index, k): s for slot in slots for k, (s, _) in enumerate(slot.waiting[1])}  # type: ignore[index]
-        workers = {slot.index: slot.waiting[0] for slot in slots}  # type: ignore[index]
+        waiting = {slot.index: slot.waiting for slot in slots if slot.waiting is not None}
+        started = {(i, k): s for i, (_, clients) in waiting.items() for k, (s, _) in enumerate(clients)}
+        workers = {i: worker for i, (worker, _) in waiting.items()}
         trained: dict[Key, Trained] = {}
         failed: dict[int, BaseException] = {}
         for group in plan_groups({key: signature(s) for key, s in started.items()}, self.max_group or len(started)):
@@ -158,12 +159,12 @@ class Pack(Generic[T]):
             if slot.index in failed:
                 slot.error = failed[slot.index]
             else:
-                slot.trained = [trained[(slot.index, k)] for k in range(len(slot.waiting[1]))]  # type: ignore[index]
+                slot.trained = [trained[(slot.index, k)] for k in range(len(waiting[slot.index][1]))]
 
     def _train_group(self, keys: list[Key], started: dict[Key, Started], workers: dict[int, Worker],
                      trained: dict[Key, Trained], failed: dict[int, BaseException]) -> None:
-        """One group's batched steps (by its first run's worker: :meth:`~fedaug.engine.client.worker.Worker.train_started`);
-        a group that raises is trained run by run, a run alone that raises fails, a CUDA group out of memory is
+        """One group's batched steps (by its first run's worker,
+        :meth:`~fedaug.engine.client.worker.Worker.train_started`); a group that raises is trained run by run, a run alone that raises fails, a CUDA group out of memory is
         split in halves."""
         if not keys:
             return
