@@ -1,8 +1,9 @@
-"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``); a
-clock for time limits; the records of a grid's cells."""
+"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``); the
+tiny grid stating a paper scale; a clock for time limits; the records of a grid's cells."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +33,14 @@ def tiny_spec(**extra: Any) -> GridSpec:
 
 class TickClock:
     """A clock for time limits (:class:`fedaug.report.deadline.Deadline`) that does not depend on speed: its
-    readings are 1, 2, 3, ... seconds, one more at each reading, so what a limit stops is fixed by the number of
-    readings (picklable: a worker process reads its own copy)."""
+    readings are 1, 2, 3, ... seconds (``step``, 2 ``step``, ... in general), one more at each reading, so what a
+    limit stops is fixed by the number of readings (picklable: a worker process reads its own copy)."""
 
-    def __init__(self) -> None:
-        self.t = 0.0
+    def __init__(self, step: float = 1.0) -> None:
+        self.t, self.step = 0.0, step
 
     def __call__(self) -> float:
-        self.t += 1.0
+        self.t += self.step
         return self.t
 
 
@@ -48,3 +49,23 @@ def records_by_cell(out: Path) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     runs take the same), by (setting, method, seed) directory."""
     return {p.relative_to(out).parts[:3]: [{k: v for k, v in r.items() if k != "time"} for r in read_records(p)[0]]
             for p in sorted(out.glob("*/*/seed*/*/metrics.jsonl"))}
+
+
+@dataclass(frozen=True)
+class DeclaredGrid(GridSpec):
+    """A grid that states its paper's scale as a grid file's ``paper_rounds`` and ``paper_local_epochs`` do (the
+    keys come with issue 60's results-page branch; :func:`fedaug.report.paper_scale.paper_counts` reads them)."""
+
+    paper_rounds: Any = None
+    paper_local_epochs: Any = None
+
+
+def declared(spec: GridSpec, rounds: Any, local_epochs: Any) -> DeclaredGrid:
+    """``spec`` stating the paper scale ``rounds`` x ``local_epochs``."""
+    return DeclaredGrid(**{f.name: getattr(spec, f.name) for f in fields(GridSpec)}, paper_rounds=rounds,
+                        paper_local_epochs=local_epochs)
+
+
+def declared_spec(rounds: Any, local_epochs: Any, **extra: Any) -> DeclaredGrid:
+    """The tiny grid (:func:`tiny_spec`) stating the paper scale ``rounds`` x ``local_epochs``."""
+    return declared(tiny_spec(**extra), rounds, local_epochs)
