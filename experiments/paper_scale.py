@@ -49,11 +49,11 @@ from fedaug.report.paper_scale import paper_scale
 from fedaug.report.runner import GRID_FILE, find_run, plan
 
 #: the stand-in grids whose paper-scale variants a call runs, in this order: by the client steps ``plan``
-#: estimates, the cheapest first (docs/benchmarks.md, "Paper-scale runs", has the table). flea_table1_fmnist is
-#: not among them: it already trains at the paper's 100 rounds x 5 local epochs, so its variant only adds seeds,
-#: which the CPU runs at the stand-in scale do (issue 60, item 1).
-PRIORITY = ("fedfa_table7_digits4", "fedfa_table5_digits4", "fedrdn_table1_fedfa_digits4", "fedfa_table1_digits4",
-            "flea_fig2_fmnist", "fedfa_fig2_digits4", "fedfa_table6_digits4", "fedfa_table8_digits4",
+#: estimates, the cheapest first (docs/benchmarks.md, "Paper-scale runs on a GPU", has the table).
+#: flea_table1_fmnist is not among them: it trains at the paper's 100 rounds x 5 local epochs already, so its
+#: variant would only add seeds, which the CPU runs at the stand-in scale add (issue 60, item 1).
+PRIORITY = ("fedfa_table7_digits4", "flea_fig2_fmnist", "fedfa_table5_digits4", "fedrdn_table1_fedfa_digits4",
+            "fedfa_table1_digits4", "fedfa_fig2_digits4", "fedfa_table6_digits4", "fedfa_table8_digits4",
             "fedfa_table4_digits4", "fedrdn_table1_digits4")
 #: the settings of every cell on each device (part of each cell's config: every call must give the same ones).
 #: ``deterministic``: deterministic kernels, so that a continued cell equals an uninterrupted one bit for bit
@@ -91,14 +91,16 @@ def unbundled(spec: GridSpec, bundle: str | None) -> list[str]:
 def run_grid_piece(name: str, spec: GridSpec, seconds: float, device: str, results: Path, runs: Path,
                    stage: Path) -> int:
     """One grid's piece of a call: its archive brought back, ``fedaug compare GRID --scale paper --pack`` within
-    ``seconds``, then archived with its unfinished runs into ``stage``; the exit status of the compare."""
+    ``seconds`` (a cell that another paper-scale grid in ``results`` has finished with the same config, such as
+    FedAvg in the FedFA tables, is copied: ``--reuse``), then what it added to the archive in ``results`` (runs finished, unfinished runs got further)
+    archived into ``stage``; the exit status of the compare."""
     out = runs / spec.name
     if (results / spec.name / GRID_FILE).is_file():
         archive_grid(results / spec.name, out, keep_unfinished=True)
     code = fedaug(["compare", name, "--scale", "paper", "--pack", "--time-limit", f"{int(seconds)}s", "--out",
-                   str(out), "-q", "--format", "json", "--set", *SETTINGS[device]])
-    if (out / GRID_FILE).is_file():
-        archive_grid(out, stage / spec.name, keep_unfinished=True)
+                   str(out), "--reuse", str(results), "-q", "--format", "json", "--set", *SETTINGS[device]])
+    if (out / GRID_FILE).is_file():  # what the piece adds to results/: its tarball stays small
+        archive_grid(out, stage / spec.name, keep_unfinished=True, known=results / spec.name)
     done, cells = finished(spec, out)
     print(f"paper_scale: {spec.name}: {done} of {cells} cells finished (fedaug compare exit {code})", flush=True)
     return code

@@ -98,7 +98,8 @@ def test_differences_are_named_down_to_one_changed_bit(cache):
     b = replace(a, clients=[a.clients[0], replace(a.clients[1], test=replace(a.clients[1].test, x=x))],
                 info={**a.info, "note": 1})
     assert federation_differences(a, a) == []
-    assert federation_differences(a, b) == [f"info: {a.info!r} != {b.info!r}", "client 'client1' test.x: 1 value(s) differ"]
+    assert federation_differences(a, b) == [f"info: {a.info!r} != {b.info!r}",
+                                            "client 'client1' test.x: 1 value(s) differ"]
     val = a.clients[1].val
     c = replace(a, clients=[a.clients[0], replace(a.clients[1], val=Split(val.x[:1], val.y[:1]))])
     assert federation_differences(a, c) == [
@@ -129,6 +130,7 @@ def test_data_export_bundles_what_a_grids_cells_load(tmp_path, capsys, cache):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{tmp_path / 'b'}: 2 federation(s) of 1 grid(s), ")  # a seed's A and B: the same
     assert lines[1:] == ["  raw:float32:1x8x8: 48 distinct rows, 0.0 MiB compressed",  # 2 seeds x 2 x (8 + 2 + 2)
-                         "  u8:int64:: 10 distinct rows, 0.0 MiB compressed"]
+                         "  u8:int64:: 10 distinct rows, 0.0 MiB compressed",
+                         "  indices: 96 row indices, 0.0 MiB compressed"]  # an x and a y for each of the 48
     assert main(["data", "export", str(grid), "--scale", "paper", "--out", str(tmp_path / "c")]) == 2
     assert "grid 'g' has no paper scale" in capsys.readouterr().err and not (tmp_path / "c").exists()

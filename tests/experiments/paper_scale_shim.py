@@ -3,8 +3,8 @@ tests/experiments/test_paper_scale.py's calls of benchmarks/paper_scale_gpu.sh (
 things fixed:
 
 - every grid states the paper scale :data:`PAPER` (the grid keys ``paper_rounds`` and ``paper_local_epochs``
-  that declare it in a grid file come from issue 60's results-page branch; :func:`fedaug.report.paper_scale.paper_counts`
-  reads them from the loaded grid);
+  that declare it in a grid file come from issue 60's results-page branch;
+  :func:`fedaug.report.paper_scale.paper_counts` reads them from the loaded grid);
 - time is counted in readings of :class:`~tests.report.conftest.TickClock`, :data:`STEP` seconds a reading, so
   that where a time limit stops the grid does not depend on the machine's speed (a call keeps 20 s for its
   tarball and starts no grid with less than 30 s left: in readings of 4 s, a limit of about 30 s stops a pack

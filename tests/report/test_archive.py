@@ -199,3 +199,17 @@ def test_a_tarball_that_is_none_of_ours_is_refused_and_nothing_is_written(tmp_pa
     with pytest.raises(ConfigError, match=r"holds a member fedaug does not extract .*not a tarball of archived grids"):
         merge_tarball(evil, tmp_path / "results")
     assert not (tmp_path / "results").exists() and not (tmp_path.parent / "outside.txt").exists()
+
+
+def test_known_archives_only_what_the_grid_adds_to_an_archive(tiny_grid, tmp_path):
+    """A GPU call's tarball holds what it added to results/: runs it finished, unfinished runs it got further."""
+    out = copy_grid(tiny_grid, tmp_path)
+    run = stop_at_round_2(out)
+    archive_grid(out, tmp_path / "results", keep_unfinished=True)
+    done = archive_grid(tiny_grid, tmp_path / "delta", keep_unfinished=True, known=tmp_path / "results")
+    assert (done.copied, done.present, done.unfinished) == (1, 3, 0)
+    assert [p.parent.relative_to(tmp_path / "delta") for p in (tmp_path / "delta").rglob(SUMMARY)] == [
+        run.relative_to(out)]
+    assert archive_grid(out, tmp_path / "none", keep_unfinished=True, known=tmp_path / "results").copied == 0
+    assert archive_grid(tmp_path / "delta", tmp_path / "results").copied == 1  # the merge: results/ complete
+    assert summarize(load_grid_results(tmp_path / "results"))["missing"] == []

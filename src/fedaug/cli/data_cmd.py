@@ -122,7 +122,7 @@ def export(args: argparse.Namespace) -> int:
     """``fedaug data export``: bundle what the grids load, then say how big each pool is."""
     from pathlib import Path
 
-    from fedaug.data.bundle import export_bundle
+    from fedaug.data.bundle import INDICES, export_bundle
     from fedaug.data.registry import build_dataset
     from fedaug.report.grid import cell_federations, load_grid
     from fedaug.report.paper_scale import at_scale
@@ -131,5 +131,6 @@ def export(args: argparse.Namespace) -> int:
     done = export_bundle([f for spec in specs for f in cell_federations(spec)], Path(args.out), build_dataset)
     print(f"{args.out}: {done.federations} federation(s) of {len(specs)} grid(s), {done.bytes / 2**20:.1f} MiB")
     for key, rows in done.rows.items():
-        print(f"  {key}: {rows} distinct rows, {done.pool_bytes[key] / 2**20:.1f} MiB compressed")
+        what = "row indices" if key == INDICES else "distinct rows"
+        print(f"  {key}: {rows} {what}, {done.pool_bytes[key] / 2**20:.1f} MiB compressed")
     return 0

@@ -14,8 +14,8 @@ distinct rows per kind, dtype and shape, and each split as indices into the pool
 one holds in part (a held-out domain's variant, a smaller train fraction, the same source images under another
 seed) costs only its indices. A float tensor whose values are all ``k / 255`` (images from 8-bit sources) is
 pooled as ``uint8`` and read back as ``uint8.to(dtype) / 255``, the same operation the builders use, and a tensor
-of integers in 0..255 (class labels, masks) as ``uint8``; any other tensor as it is. Each pool is compressed with
-LZMA.
+of integers in 0..255 (class labels, masks) as ``uint8``; any other tensor as it is. Each pool, and the indices
+of every split (one ``int32`` tensor), is compressed with LZMA.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ TENSORS, INDEX = "bundle.pt", "bundle.json"
 #: the layout version of ``bundle.pt``
 FORMAT = 1
 SPLITS = ("train", "val", "test")
+#: the stored tensor that holds every reference's row indices, one after another (int32)
+INDICES = "indices"
 #: how a pool stores its rows: ``uint8`` read back as ``uint8.to(dtype) / 255``, ``uint8`` read back as
 #: ``uint8.to(dtype)``, or the tensor as it is
 ENCODINGS = ("u8/255", "u8", "raw")
@@ -139,16 +141,23 @@ def _dtype(name: str) -> torch.dtype:
 
 
 class _Packer:
-    """An export's pools and federations, in memory."""
+    """An export's pools, federations and indices, in memory: each split's tensor is a reference ``[pool key,
+    start, stop]`` to the rows ``indices[start:stop]`` of the pool (all references' indices are stored as one
+    tensor, :data:`INDICES`)."""
 
     def __init__(self) -> None:
         self.pools: dict[str, _Pool] = {}
         self.federations: dict[str, dict[str, Any]] = {}
+        self.indices: dict[int, Tensor] = {}  # by start
+        self.size = 0
 
     def _ref(self, t: Tensor) -> list[Any]:
         encoding, rows = encode(t)
         key = _pool_key(encoding, t)
-        return [key, self.pools.setdefault(key, _Pool()).add(rows.reshape(len(t), *t.shape[1:]))]
+        idx = self.pools.setdefault(key, _Pool()).add(rows.reshape(len(t), *t.shape[1:]))
+        start, self.size = self.size, self.size + len(idx)
+        self.indices[start] = idx
+        return [key, start, self.size]
 
     def add(self, key: str, data: FederatedData) -> None:
         """Pool ``data``'s tensors and keep it under ``key``."""
@@ -158,22 +167,23 @@ class _Packer:
         self.federations[key] = {"name": data.name, "task": data.task, "num_classes": data.num_classes,
                                  "input_shape": list(data.input_shape), "info": data.info, "clients": clients}
 
-    def take(self, key: str, idx: Tensor) -> Tensor:
-        """The rows ``idx`` of pool ``key``, stacked (as :meth:`stacked` would give them)."""
-        rows = [self.pools[key].rows[i] for i in idx.tolist()]
+    def take(self, key: str, start: int, stop: int) -> Tensor:
+        """The rows ``indices[start:stop]`` of pool ``key``, stacked (as the bundle read back gives them)."""
+        rows = [self.pools[key].rows[i] for i in self.indices[start].tolist()] if stop > start else []
         return torch.stack(rows) if rows else torch.empty((0, *_row_shape(key)), dtype=_stored_dtype(key))
 
     def stacked(self) -> dict[str, Tensor]:
-        """Each pool's rows, stacked: ``(P, *row shape)``."""
-        return {key: pool.tensor(_row_shape(key), _stored_dtype(key)) for key, pool in self.pools.items()}
+        """Each pool's rows, stacked: ``(P, *row shape)``; and under :data:`INDICES` every reference's indices."""
+        pools = {key: pool.tensor(_row_shape(key), _stored_dtype(key)) for key, pool in self.pools.items()}
+        return {**pools, INDICES: torch.cat([*self.indices.values(), torch.empty(0, dtype=torch.int32)])}
 
 
-def _unpack(entry: Mapping[str, Any], take: Callable[[str, Tensor], Tensor]) -> FederatedData:
-    """The federation of a bundle's ``entry``, the rows of its tensors given by ``take(pool key, indices)``."""
+def _unpack(entry: Mapping[str, Any], take: Callable[[str, int, int], Tensor]) -> FederatedData:
+    """The federation of a bundle's ``entry``, the rows of each tensor given by ``take(pool key, start, stop)``."""
     def tensor(ref: list[Any]) -> Tensor:
-        key, idx = ref
+        key, start, stop = ref
         encoding, dtype, _ = key.split(":")
-        return decode(encoding, take(key, idx), _dtype(dtype))
+        return decode(encoding, take(key, start, stop), _dtype(dtype))
 
     clients = [ClientData(c["name"], c["group"], *(Split(tensor(c[s]["x"]), tensor(c[s]["y"])) for s in SPLITS))
                for c in entry["clients"]]
@@ -226,8 +236,9 @@ def _compress(t: Tensor) -> Tensor:
 
 
 def _decompress(data: Tensor, dtype: torch.dtype, shape: list[int]) -> Tensor:
-    raw = lzma.decompress(data.numpy().tobytes())
-    return torch.from_numpy(np.frombuffer(bytearray(raw), dtype=torch.empty(0, dtype=dtype).numpy().dtype)).reshape(shape)
+    """The tensor :func:`_compress` stored, in ``dtype`` and ``shape``."""
+    raw = bytearray(lzma.decompress(data.numpy().tobytes()))
+    return torch.from_numpy(np.frombuffer(raw, dtype=torch.empty(0, dtype=dtype).numpy().dtype)).reshape(shape)
 
 
 def export_bundle(wanted: Iterable[Request], out: Path, build: Callable[..., FederatedData]) -> Exported:
@@ -300,7 +311,7 @@ def read_bundled(directory: Path, name: str, seed: int, options: Mapping[str, An
         return None
     path = Path(directory) / TENSORS
     pools, federations = _read(str(path), path.stat().st_mtime_ns)
-    return _unpack(federations[key], lambda pool, idx: pools[pool].index_select(0, idx.long()))
+    return _unpack(federations[key], lambda pool, a, b: pools[pool].index_select(0, pools[INDICES][a:b].long()))
 
 
 def bundled_federation(name: str, seed: int, options: Mapping[str, Any]) -> FederatedData | None:

@@ -44,7 +44,8 @@ KEPT = (CONFIG, SUMMARY, REPORT, ASIDE, ENVIRONMENT)
 @dataclass(frozen=True)
 class Archived:
     """What :func:`archive_grid` did: runs ``copied`` (``unfinished`` of them unfinished, each with its newest
-    checkpoint), runs ``present`` already (the same summary, or an unfinished run as far along or finished),
+    checkpoint), runs ``present`` already (the same summary, or an unfinished run as far along or finished; in the
+    destination, or in the archive ``known``),
     unfinished runs ``replaced`` (by a copy that got further, or by the run finished), and the invocation lines
     ``merged`` into the destination's ``invocations.jsonl``."""
 
@@ -131,10 +132,11 @@ def _needs_copy(run: Path, target: Path) -> bool:
                       "of them away, or archive into another directory")
 
 
-def archive_grid(src: Path, dest: Path, *, keep_unfinished: bool = False) -> Archived:
+def archive_grid(src: Path, dest: Path, *, keep_unfinished: bool = False, known: Path | None = None) -> Archived:
     """Copy the finished runs of the grid directory ``src`` to ``dest`` without their checkpoints, and with
     ``keep_unfinished`` its unfinished runs with their newest checkpoint (see the module docstring); runs already
-    in ``dest`` are left alone, but for unfinished ones that ``src`` has got further.
+    in ``dest`` are left alone, but for unfinished ones that ``src`` has got further. With ``known`` (an archive of
+    the grid), only the runs that ``known`` lacks or holds less far along are copied: what ``src`` adds to it.
 
     Raises:
         ConfigError: ``src`` is not a grid directory, ``src`` and ``dest`` are the same, or a run
@@ -147,8 +149,8 @@ def archive_grid(src: Path, dest: Path, *, keep_unfinished: bool = False) -> Arc
     if dest.resolve() == src.resolve():
         raise ConfigError(f"the archive '{dest}' is the grid directory itself; give another directory")
     runs = finished_run_dirs(src) + (unfinished_run_dirs(src) if keep_unfinished else [])
-    todo = [(run, dest / run.relative_to(src)) for run in runs]
-    todo = [(run, target) for run, target in todo if _needs_copy(run, target)]
+    new = [run for run in runs if known is None or _needs_copy(run, Path(known) / run.relative_to(src))]
+    todo = [(run, target) for run in new if _needs_copy(run, target := dest / run.relative_to(src))]
     replaced = sum((target / CONFIG).is_file() for _, target in todo)
     dest.mkdir(parents=True, exist_ok=True)
     for run, target in todo:

@@ -54,7 +54,8 @@ def paper_counts(spec: GridSpec) -> tuple[int, int]:
     if missing:
         raise ConfigError(f"grid '{spec.name}' has no paper scale: it does not state the paper's "
                           f"{' and '.join(missing)}; --scale paper needs both as counts (paper_rounds = 400, "
-                          "paper_local_epochs = 1 in the grid file), or run the grid at its own scale (--scale stand-in)")
+                          "paper_local_epochs = 1 in the grid file), or run the grid at its own scale "
+                          "(--scale stand-in)")
     return counts["paper_rounds"], counts["paper_local_epochs"]
 
 
