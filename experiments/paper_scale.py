@@ -92,8 +92,8 @@ def run_grid_piece(name: str, spec: GridSpec, seconds: float, device: str, resul
                    stage: Path) -> int:
     """One grid's piece of a call: its archive brought back, ``fedaug compare GRID --scale paper --pack`` within
     ``seconds`` (a cell that another paper-scale grid in ``results`` has finished with the same config, such as
-    FedAvg in the FedFA tables, is copied: ``--reuse``), then what it added to the archive in ``results`` (runs finished, unfinished runs got further)
-    archived into ``stage``; the exit status of the compare."""
+    FedAvg in the FedFA tables, is copied: ``--reuse``), then what it added to the archive in ``results`` (runs
+    finished, unfinished runs that got further) archived into ``stage``; the exit status of the compare."""
     out = runs / spec.name
     if (results / spec.name / GRID_FILE).is_file():
         archive_grid(results / spec.name, out, keep_unfinished=True)

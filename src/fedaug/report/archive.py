@@ -45,9 +45,8 @@ KEPT = (CONFIG, SUMMARY, REPORT, ASIDE, ENVIRONMENT)
 class Archived:
     """What :func:`archive_grid` did: runs ``copied`` (``unfinished`` of them unfinished, each with its newest
     checkpoint), runs ``present`` already (the same summary, or an unfinished run as far along or finished; in the
-    destination, or in the archive ``known``),
-    unfinished runs ``replaced`` (by a copy that got further, or by the run finished), and the invocation lines
-    ``merged`` into the destination's ``invocations.jsonl``."""
+    destination, or in the archive ``known``), unfinished runs ``replaced`` (by a copy that got further, or by the
+    run finished), and the invocation lines ``merged`` into the destination's ``invocations.jsonl``."""
 
     copied: int
     present: int
@@ -77,8 +76,8 @@ def unfinished_run_dirs(root: Path) -> list[Path]:
 def _copy_run(src: Path, dest: Path) -> None:
     """Copy one run's kept files to ``dest``: a finished run's records gzipped; an unfinished run's records as
     they are (its resume appends to them) and its newest checkpoint. The directory appears whole or not at all
-    (written as ``.NAME.partial``, then renamed; one it replaces is renamed away first, then deleted: hidden
-    names, which no cell takes for its newest run)."""
+    (written as ``.NAME.partial``, then renamed; one it replaces is renamed away first, then deleted; hidden
+    names, which sort before every run directory's name, the newest of which a cell takes for its run)."""
     partial, old = (dest.with_name(f".{dest.name}.{suffix}") for suffix in ("partial", "replaced"))
     for leftover in (partial, old):  # what a killed archive left
         shutil.rmtree(leftover, ignore_errors=True)
