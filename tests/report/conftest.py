@@ -1,13 +1,14 @@
-"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``); a
-clock for time limits; the records of a grid's cells."""
+"""A tiny grid (2 methods x 2 seeds on synthetic data); tests/conftest.py holds it finished (``tiny_grid``); the
+tiny grid stating a paper scale; a clock for time limits; the records of a grid's cells."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fedaug.engine.records.rundir import read_records
-from fedaug.report.grid import GridSpec, parse_grid
+from fedaug.report.grid import GridSpec, PaperScale, parse_grid
 
 
 def tiny_grid_raw(**extra: Any) -> dict[str, Any]:
@@ -32,14 +33,14 @@ def tiny_spec(**extra: Any) -> GridSpec:
 
 class TickClock:
     """A clock for time limits (:class:`fedaug.report.deadline.Deadline`) that does not depend on speed: its
-    readings are 1, 2, 3, ... seconds, one more at each reading, so what a limit stops is fixed by the number of
-    readings (picklable: a worker process reads its own copy)."""
+    readings are 1, 2, 3, ... seconds (``step``, 2 ``step``, ... in general), one more at each reading, so what a
+    limit stops is fixed by the number of readings (picklable: a worker process reads its own copy)."""
 
-    def __init__(self) -> None:
-        self.t = 0.0
+    def __init__(self, step: float = 1.0) -> None:
+        self.t, self.step = 0.0, step
 
     def __call__(self) -> float:
-        self.t += 1.0
+        self.t += self.step
         return self.t
 
 
@@ -48,3 +49,19 @@ def records_by_cell(out: Path) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     runs take the same), by (setting, method, seed) directory."""
     return {p.relative_to(out).parts[:3]: [{k: v for k, v in r.items() if k != "time"} for r in read_records(p)[0]]
             for p in sorted(out.glob("*/*/seed*/*/metrics.jsonl"))}
+
+
+def declared(spec: GridSpec, rounds: int | tuple[int, ...], local_epochs: int | tuple[int, ...]) -> GridSpec:
+    """``spec`` stating the paper scale ``rounds`` x ``local_epochs`` (counts, or the counts of the paper's
+    datasets; ``()``: "not stated"), as a grid file's ``paper_*`` keys do."""
+    return replace(spec, paper=PaperScale(_counts(rounds), _counts(local_epochs), ()))
+
+
+def _counts(value: int | tuple[int, ...]) -> tuple[int, ...]:
+    """A count, or counts, as :class:`PaperScale` holds them: sorted."""
+    return tuple(sorted(value)) if isinstance(value, tuple) else (value,)
+
+
+def declared_spec(rounds: int | tuple[int, ...], local_epochs: int | tuple[int, ...], **extra: Any) -> GridSpec:
+    """The tiny grid (:func:`tiny_spec`) stating the paper scale ``rounds`` x ``local_epochs``."""
+    return declared(tiny_spec(**extra), rounds, local_epochs)

@@ -36,7 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="without a grid file: a method's label and its overrides (repeat for each method)")
     p.add_argument("--setting", nargs="+", action="append", metavar=("LABEL", "KEY=VALUE"),
                    help="without a grid file: a setting's label and its overrides (repeatable)")
-    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the grid's, or 0)")
+    p.add_argument("--seeds", nargs="+", type=int,
+                   help="seeds (default: the grid's, or 0; with --scale paper: 0 1 2 3 4)")
+    p.add_argument("--scale", default="stand-in", metavar="{stand-in,paper}",
+                   help="with a grid file: 'paper' runs its paper-scale variant GRID-paper-scale: every cell at the "
+                        "paper's rounds and local epochs (the grid's paper_rounds, paper_local_epochs), the same "
+                        "data, seeds 0-4, its own output directory (docs/compare_and_report.md, 'Paper scale')")
     p.add_argument("--only-methods", nargs="+", default=[], metavar="LABEL",
                    help="with a grid file: run and tabulate only these of its methods (and its baseline); "
                         "the cells are the whole grid's, so with --out they can share its runs by --reuse")
@@ -86,6 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def spec_from_args(args: argparse.Namespace) -> GridSpec:
     """The grid named by ``args``: a grid file, or ``--base``/``--method``/``--setting``."""
     from fedaug.report.grid import grid_from_args, load_grid, select
+    from fedaug.report.paper_scale import at_scale
 
     imports = cli_imports(args)
     if args.grid is not None:
@@ -93,8 +99,12 @@ def spec_from_args(args: argparse.Namespace) -> GridSpec:
         if given:
             raise ConfigError(f"give a grid file or {'/'.join(given)} on the command line, not both "
                               "(put the methods and settings into the grid file)")
-        return select(load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides,
+        spec = select(load_grid(args.grid, seeds=args.seeds, baseline=args.baseline, overrides=args.set_overrides,
                                 imports=imports), args.only_methods, args.only_settings)
+        return at_scale(spec, args.scale, args.seeds)
+    if args.scale != "stand-in":
+        raise ConfigError(f"--scale {args.scale} runs a grid file at another scale (a paper's rounds and local epochs "
+                          "that the file states); a grid on the command line states none: give a grid file")
     if args.only_methods or args.only_settings:
         raise ConfigError("--only-methods and --only-settings pick from a grid file's methods and settings; "
                           "without a grid file give just the --method and --setting you want")
@@ -173,6 +183,7 @@ def logged_command(args: argparse.Namespace, where: list[str]) -> str:
     """The invocation as ``invocations.jsonl`` records it: the grid, ``where`` it ran, and the options that
     choose and run its cells."""
     return " ".join(["fedaug compare", args.grid or "(methods on the command line)", *where,
+                     *([f"--scale {args.scale}"] if args.scale != "stand-in" else []),
                      *([f"--seeds {' '.join(map(str, args.seeds))}"] if args.seeds else []),
                      *([f"--only-methods {' '.join(map(repr, args.only_methods))}"] if args.only_methods else []),
                      *([f"--only-settings {' '.join(map(repr, args.only_settings))}"] if args.only_settings else []),

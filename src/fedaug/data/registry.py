@@ -10,6 +10,7 @@ from fedaug.core.options import option_types
 from fedaug.core.registry import Registry
 from fedaug.core.typecheck import allowed, fits, is_numeric
 from fedaug.data.base import FederatedData, hold_out_group
+from fedaug.data.bundle import bundled_federation
 
 Builder = Callable[..., FederatedData]
 DATASETS: Registry[Builder] = Registry("dataset")
@@ -59,7 +60,16 @@ def check_dataset_options(name: str, options: dict[str, Any]) -> None:
 
 
 def load_dataset(name: str, seed: int, **options: Any) -> FederatedData:
-    """Build the registered dataset ``name`` with ``options`` (validated) and ``seed``.
+    """The registered dataset ``name`` with ``options`` (validated) and ``seed``: read from the data bundle that
+    ``$FEDAUG_DATA_BUNDLE`` names where it holds it (:mod:`fedaug.data.bundle`; the same tensors, bit for bit),
+    else built (:func:`build_dataset`)."""
+    check_dataset_options(name, options)
+    bundled = bundled_federation(name, seed, options)
+    return bundled if bundled is not None else build_dataset(name, seed, **options)
+
+
+def build_dataset(name: str, seed: int, **options: Any) -> FederatedData:
+    """Build the registered dataset ``name`` with ``options`` (validated) and ``seed``, never from a bundle.
 
     Every dataset also takes ``held_out``: a client group (domain, site) left out of training
     and used as every remaining client's test data (:func:`fedaug.data.base.hold_out_group`).

@@ -42,6 +42,7 @@ from fedaug.config.paths import Layer, resolve_paths
 from fedaug.config.presets import GRID_DIR, GRIDS, PRESETS, preset_path
 from fedaug.config.schema import DataConfig, RunConfig
 from fedaug.core.errors import ConfigError, FedaugError, suggest
+from fedaug.data.bundle import federation_key
 from fedaug.data.registry import DATASETS, check_dataset_options
 from fedaug.methods.recipe import build_recipe
 from fedaug.models.registry import MODELS
@@ -421,3 +422,15 @@ def grid_from_args(base: str | None, methods: Sequence[Sequence[str]], settings:
         raw["settings"] = table("setting", settings)
     spec = parse_grid(raw, "command line", Path("."), baseline=baseline, overrides=overrides, imports=imports)
     return replace(spec, name=content_name(spec))
+
+
+def cell_federations(spec: GridSpec) -> list[tuple[str, int, dict[str, Any]]]:
+    """The federation each cell of ``spec`` loads, ``(dataset, seed, options)``, without repeats, in the order of
+    the cells (what ``fedaug data export`` bundles: :mod:`fedaug.data.bundle`)."""
+    out: dict[str, tuple[str, int, dict[str, Any]]] = {}
+    for seed in spec.seeds:
+        for setting in spec.settings:
+            for method in spec.methods:
+                data = parse_config(spec.raw(setting, method, seed)).data
+                out.setdefault(federation_key(data.name, seed, data.options), (data.name, seed, data.options))
+    return list(out.values())
