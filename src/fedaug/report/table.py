@@ -111,11 +111,12 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
     """One setting of :func:`fedaug.report.results.summarize` as document blocks: the main table
     (mean ± std over seeds of the final and best mean-over-clients test metric, the difference from
     the baseline with its 95 % confidence interval and the paired t-test's p-value, the spread across
-    clients where any run recorded it (runs before issue 40 did not), communication and time per
-    run), then the per-client tables (final, best)."""
+    clients where every run recorded it (runs before issue 40 did not: a mean over some of the seeds would
+    not be the other columns' mean), communication and time per run), then the per-client tables (final,
+    best)."""
     m, base = s["metric"], s["baseline"]
     tuned = any("finetuned_final" in c for c in s["methods"].values())
-    spread = SPREAD_ROWS if any(not math.isnan(v) for c in s["methods"].values() if c["n"]
+    spread = SPREAD_ROWS if all(not math.isnan(v) for c in s["methods"].values() if c["n"]
                                 for stat in c["spread_final"].values() for v in stat["values"]) else ()
     head = ["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "95 % CI", "p (paired t, n)",
             f"best test {m} (%)", f"Δ best vs {base}", "95 % CI", "p (paired t, n)",
