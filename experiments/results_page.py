@@ -24,6 +24,13 @@ Each verdict states its scale, generated, never typed: the seeds it rests on (th
 cell finished), the rounds x local epochs the runs trained against the paper's own (the grid file's
 ``paper_rounds`` and ``paper_local_epochs``) and whether the runs' data are the paper's (its
 ``paper_datasets``); each reading opens with what that scale leaves open.
+
+A verdict reached at both scales shows both, side by side (issue 60): where ``results/GRID-paper-scale`` exists
+(``fedaug compare GRID --scale paper``, filled piece by piece by ``benchmarks/paper_scale_gpu.sh``), GRID's claims
+are judged on it by the same rule, each in a second row of the claims table right under its stand-in row, and the
+archive's tables, verdicts and reading follow the stand-in ones in GRID's section. While the archive is unfinished a
+claim is judged on the seeds its compared cells have all finished once they are 2 or more, and otherwise says
+"running: k of n cells finished". Without such archives the page is what it was before.
 """
 
 from __future__ import annotations
@@ -628,8 +635,8 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
         scale = at_paper.results.meta["scale"]
         blocks.append(Paragraph(f"At the paper's scale: grid `{grid}{SUFFIX}` (`fedaug compare {grid} --scale "
                                 "paper`, run in GPU pieces by `benchmarks/paper_scale_gpu.sh`, docs/benchmarks.md), "
-                                f"the same cells at the paper's {scale['rounds']} rounds x {scale['local_epochs']} "
-                                "local epochs, on the same stand-in data."))
+                                f"the same cells at the paper's {scale['rounds']} x {scale['local_epochs']} (rounds x "
+                                "local epochs), on the same stand-in data."))
         blocks += scale_blocks(title, grid, sweep, compare / (grid + SUFFIX), at_paper, paper)
     return blocks
 
