@@ -24,6 +24,13 @@ Each verdict states its scale, generated, never typed: the seeds it rests on (th
 cell finished), the rounds x local epochs the runs trained against the paper's own (the grid file's
 ``paper_rounds`` and ``paper_local_epochs``) and whether the runs' data are the paper's (its
 ``paper_datasets``); each reading opens with what that scale leaves open.
+
+A verdict reached at both scales shows both, side by side (issue 60): where ``results/GRID-paper-scale`` exists
+(``fedaug compare GRID --scale paper``, filled piece by piece by ``benchmarks/paper_scale_gpu.sh``), GRID's claims
+are judged on it by the same rule, each in a second row of the claims table right under its stand-in row, and the
+archive's tables, verdicts and reading follow the stand-in ones in GRID's section. While the archive is unfinished a
+claim is judged on the seeds its compared cells have all finished once they are 2 or more, and otherwise says
+"running: k of n cells finished". Without such archives the page is what it was before.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from fedaug.report.claims import Claim, Verdict, judge
 from fedaug.report.document import Block, Heading, Image, Paragraph, Table, to_markdown
 from fedaug.report.figures import settings_png
 from fedaug.report.grid import PAPER_KEYS, GridSpec, PaperScale, load_grid
+from fedaug.report.paper_scale import SUFFIX
 from fedaug.report.results import Results, load_grid_results, summarize
 from fedaug.report.runner import GRID_FILE, INVOCATIONS
 from fedaug.report.table import COLUMNS_NOTE, overview_table, setting_tables
@@ -403,6 +411,20 @@ CLAIMS_NOTE = (
     "the seeds leave possible, so a \"not reproduced\" with a wide interval is undecided, not absent.")
 
 
+#: the claim cell of a claim's second row, on the grid's paper-scale archive
+PAPER_ROW = "as above, at the paper's scale"
+
+PAPER_NOTE = (
+    "A claim whose grid has a paper-scale archive (`results/GRID-paper-scale`: the grid's cells at the paper's "
+    "rounds and local epochs, on the same stand-in data; docs/compare_and_report.md, \"Paper scale\") has a "
+    f"second row right under its own, \"{PAPER_ROW}\": the same claim judged by the same rule on that archive's "
+    "runs, with its seeds, its rounds x local epochs and its data. The archive is filled piece by piece on GPU "
+    "slots: while it is unfinished a claim is judged on the seeds every cell it compares has finished, once they "
+    "are at least 2, and otherwise its verdict says how many of those cells (its settings x methods x the "
+    "archive's seeds) have finished (\"running: k of n cells finished\"). The grid's section shows the "
+    "archive's tables and verdicts under the stand-in ones.")
+
+
 def fingerprint(results: Results) -> str:
     """12 hex digits that change when any cell's final or best score changes (or a cell is added or
     dropped): what a reading in :data:`READINGS` is pinned to."""
@@ -470,6 +492,12 @@ class Finished:
         return not self.summary["missing"] or len(verdict.seeds) >= 2
 
     @property
+    def at_paper_scale(self) -> bool:
+        """Whether the runs are a grid's paper-scale variant (its ``grid.json`` records ``"scale": "paper"``,
+        :meth:`fedaug.report.paper_scale.PaperScaleGrid.meta`)."""
+        return self.results.meta.get("scale", {}).get("scale") == "paper"
+
+    @property
     def settled(self) -> bool:
         """Every claim is judged (a grid without claims: every cell finished): the section gets its reading."""
         return all(map(self.judged, self.verdicts)) if self.verdicts else not self.summary["missing"]
@@ -483,6 +511,21 @@ def read_grid(out: Path, grid: str) -> Finished | None:
     summary = summarize(results)
     return Finished(results, summary, [judge(c, summary) for c in CLAIMS.get(grid, [])])
 
+
+def read_at_paper(compare: Path, grid: str) -> Finished | None:
+    """The outputs of ``grid``'s paper-scale variant under ``compare`` (``compare/GRID-paper-scale``; ``None``: not
+    run yet), judged on ``grid``'s claims.
+
+    Raises:
+        ConfigError: the directory holds a grid whose ``grid.json`` records no paper scale.
+    """
+    out = compare / (grid + SUFFIX)
+    found = read_grid(out, grid)
+    if found is not None and not found.at_paper_scale:
+        raise ConfigError(f"'{out}' holds a grid whose {GRID_FILE} records no paper scale (no \"scale\": "
+                          f"{{\"scale\": \"paper\", ...}}), so its runs are not {grid}'s at the paper's scale; "
+                          f"archive the output of 'fedaug compare {grid} --scale paper' there, or move it away")
+    return found
 
 def paper_scale(grid: str, spec: GridSpec) -> PaperScale:
     """The paper's own training for ``grid``, from its grid file's ``paper_*`` keys.
@@ -575,25 +618,46 @@ def scale_sentence(found: Finished, paper: PaperScale) -> str:
     return text + (f"; {uncertainty(found.verdicts)}." if found.verdicts else ".")
 
 
-def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished | None,
-            spec: GridSpec) -> list[Block]:
-    """One table's section: the grid's description and notes, command, wall time, the sweep figure,
-    the main tables, each judged claim's verdict and the reading (its scale first)."""
-    out = compare / grid
+def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished | None, spec: GridSpec,
+            at_paper: Finished | None = None) -> list[Block]:
+    """One table's section: the grid's description and notes, command and what :func:`scale_blocks` shows of its
+    runs; under them, when the grid has a paper-scale archive (``at_paper``), the same for that archive."""
     command = f"`nice -n 5 .venv/bin/fedaug compare {grid} --jobs 2 --set threads=1 --reuse runs/compare`"
     blocks: list[Block] = [Heading(2, title), Paragraph(f"Grid `{grid}`: {spec.description}. {spec.notes}"),
                            Paragraph(f"Command: {command}.")]
+    paper = paper_scale(grid, spec)
     if found is None:
-        return [*blocks, Paragraph(f"Not run yet ({len(spec.settings) * len(spec.methods) * len(spec.seeds)} "
-                                   "cells).")]
+        blocks.append(Paragraph(f"Not run yet ({len(spec.settings) * len(spec.methods) * len(spec.seeds)} "
+                                "cells)."))
+    else:
+        blocks += scale_blocks(title, grid, sweep, compare / grid, found, paper)
+    if at_paper is not None:
+        scale = at_paper.results.meta["scale"]
+        blocks.append(Paragraph(f"At the paper's scale: grid `{grid}{SUFFIX}` (`fedaug compare {grid} --scale "
+                                "paper`, run in GPU pieces by `benchmarks/paper_scale_gpu.sh`, docs/benchmarks.md), "
+                                f"the same cells at the paper's {scale['rounds']} x {scale['local_epochs']} (rounds x "
+                                "local epochs), on the same stand-in data."))
+        blocks += scale_blocks(title, grid, sweep, compare / (grid + SUFFIX), at_paper, paper)
+    return blocks
+
+
+def scale_blocks(title: str, grid: str, sweep: bool, out: Path, found: Finished, paper: PaperScale) -> list[Block]:
+    """The runs of ``grid`` at one scale, from their directory ``out`` (the grid's, or its paper-scale
+    variant's): wall time, cells, the sweep figure, the main tables, each judged claim's verdict and the
+    reading (its scale first; :data:`READINGS` under the directory's name)."""
     results, summary = found.results, found.summary
     total = sum(len(s["methods"]) for s in summary["settings"].values()) * len(summary["grid"]["seeds"])
     missing = len(summary["missing"])
-    state = "complete" if not missing else f"partial: {missing} of {total} cells not finished yet"
-    blocks.append(Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Ran on: {machines(results)}. "
-                            f"Full per-client tables: `{out.as_posix()}/table.md`."))
+    if not missing:
+        state = "complete"
+    elif found.at_paper_scale:
+        state = f"running: {total - missing} of {total} cells finished"
+    else:
+        state = f"partial: {missing} of {total} cells not finished yet"
+    blocks: list[Block] = [Paragraph(f"Wall time: {wall_time(out, results)}. Cells: {state}. Ran on: "
+                                     f"{machines(results)}. Full per-client tables: `{out.as_posix()}/table.md`.")]
     if sweep and results.runs:
-        blocks.append(Image(f"results_{grid}.png", settings_png(summary),
+        blocks.append(Image(f"results_{out.name}.png", settings_png(summary),
                             f"{title}: final mean client test metric per setting, mean ± std over seeds"))
     if len(summary["settings"]) > 1:
         blocks += [overview_table(summary, "final"), overview_table(summary, "best")]
@@ -602,33 +666,53 @@ def section(title: str, grid: str, sweep: bool, compare: Path, found: Finished |
     if grid in PER_CLIENT:
         for name, setting in summary["settings"].items():
             blocks += [Paragraph(f"{name}, per client:"), *setting_tables(setting)[1:3]]
-    blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). Verdict: {v.verdict}; {v.evidence()}.")
+    verdict = "Verdict at the paper's scale" if found.at_paper_scale else "Verdict"
+    blocks += [Paragraph(f"Claim: {v.claim.text} ({v.claim.method}). {verdict}: {v.verdict}; {v.evidence()}.")
                for v in found.verdicts if found.judged(v)]
     if found.settled:
-        text = reading(grid, results)
+        text = reading(out.name, results)
         written = text if text is not None else ("Reading pending (none is written yet for these runs, "
                                                  f"fingerprint {fingerprint(results)}).")
-        blocks.append(Paragraph(f"Reading: {scale_sentence(found, paper_scale(grid, spec))} {written}"))
+        blocks.append(Paragraph(f"Reading: {scale_sentence(found, paper)} {written}"))
     return blocks
 
 
-def claims_table(found: dict[str, Finished | None], papers: dict[str, PaperScale]) -> Table:
+def running(found: Finished, claim: Claim) -> str:
+    """How far the cells ``claim`` compares are in an unfinished archive: ``"running: k of n cells finished"``
+    (n: the claim's settings x methods x the grid's seeds)."""
+    settings = claim.settings or tuple(found.summary["settings"])
+    cells = [found.summary["settings"][s]["methods"][m] for s in settings for m in (claim.method, *claim.against)]
+    total = len(cells) * len(found.summary["grid"]["seeds"])
+    return f"running: {sum(c['n'] for c in cells)} of {total} cells finished"
+
+
+def claim_row(head: list[str], found: Finished | None, k: int, paper: PaperScale, waiting: str) -> list[str]:
+    """The claims table's row of the ``k``-th claim of a grid on ``found`` (``None``: not run yet), after its
+    ``head`` cells: seeds, scale, data and verdict, or ``waiting`` where too few of its cells finished."""
+    if found is None:
+        return [*head, "-", f"- ({paper.text()})", "-", "not run yet"]
+    v = found.verdicts[k]
+    verdict = (f"{v.verdict} ({v.agreeing} of {len(v.comparisons)} comparisons in the claimed direction)"
+               if found.judged(v) else waiting)
+    return [*head, str(len(v.seeds)), f"{trained_scale(found.results)} ({paper.text()})",
+            data_source(found.results, paper), verdict]
+
+
+def claims_table(found: dict[str, Finished | None], papers: dict[str, PaperScale],
+                 at_paper: dict[str, Finished | None] | None = None) -> Table:
     """One row per claim: the table, the claim, the method, the seeds its verdict rests on, the
     runs' rounds x local epochs with the paper's, whether the data are the paper's, and its verdict
-    ("not run yet" / "partial grid" where too few of its cells finished)."""
+    ("not run yet" / "partial grid" where too few of its cells finished); right under it, where the grid
+    has a paper-scale archive (``at_paper``), the same claim on that archive ("running: k of n cells
+    finished" where too few of its cells finished, :func:`running`)."""
     rows = []
     for title, grid, _ in TABLES:
-        f, paper = found[grid], papers[grid]
+        short, scaled = title.split(":")[0], (at_paper or {}).get(grid)
         for k, claim in enumerate(CLAIMS.get(grid, [])):
-            if f is None:
-                rows.append([title.split(":")[0], claim.text, claim.method, "-", f"- ({paper.text()})", "-",
-                             "not run yet"])
-                continue
-            v = f.verdicts[k]
-            verdict = (f"{v.verdict} ({v.agreeing} of {len(v.comparisons)} comparisons in the claimed direction)"
-                       if f.judged(v) else "partial grid")
-            rows.append([title.split(":")[0], claim.text, claim.method, str(len(v.seeds)),
-                         f"{trained_scale(f.results)} ({paper.text()})", data_source(f.results, paper), verdict])
+            rows.append(claim_row([short, claim.text, claim.method], found[grid], k, papers[grid], "partial grid"))
+            if scaled is not None:
+                rows.append(claim_row([short, PAPER_ROW, claim.method], scaled, k, papers[grid],
+                                      running(scaled, claim)))
     return Table(["table", "claim", "method", "seeds", "rounds x local epochs (paper's)", "data", "verdict"], rows)
 
 
@@ -641,15 +725,18 @@ def main() -> None:
     specs = {grid: load_grid(grid) for _, grid, _ in TABLES}
     papers = {grid: paper_scale(grid, spec) for grid, spec in specs.items()}
     found = {grid: read_grid(args.compare / grid, grid) for _, grid, _ in TABLES}
+    at_paper = {grid: read_at_paper(args.compare, grid) for _, grid, _ in TABLES}
+    notes = [Paragraph(CLAIMS_NOTE), *([Paragraph(PAPER_NOTE)] if any(at_paper.values()) else [])]
     blocks: list[Block] = [Heading(1, "Results: the papers' tables on offline data"),
                            Paragraph(INTRO.format(seeds=seeds_per_cell(found))), Heading(2, "The claims at a glance"),
-                           Paragraph(CLAIMS_NOTE), claims_table(found, papers)]
+                           *notes, claims_table(found, papers, at_paper)]
     for title, grid, sweep in TABLES:
-        blocks += section(title, grid, sweep, args.compare, found[grid], specs[grid])
+        blocks += section(title, grid, sweep, args.compare, found[grid], specs[grid], at_paper[grid])
     blocks.append(Paragraph(COLUMNS_NOTE))
-    for grid, f in found.items():
-        if f is not None and f.settled and reading(grid, f.results) is None:
-            print(f"warning: {grid} is judged but has no reading for its runs (fingerprint "
+    judged = {**found, **{grid + SUFFIX: f for grid, f in at_paper.items()}}
+    for name, f in judged.items():
+        if f is not None and f.settled and reading(name, f.results) is None:
+            print(f"warning: {name} is judged but has no reading for its runs (fingerprint "
                   f"{fingerprint(f.results)}); write one in READINGS", file=sys.stderr)
     for image in (b for b in blocks if isinstance(b, Image)):
         atomic_write_bytes(args.out.parent / FIGURES / image.name, image.png)

@@ -3,17 +3,23 @@ scale each verdict states."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
 from fedaug.core.errors import ConfigError
 from fedaug.report.claims import Claim, judge
-from fedaug.report.grid import PaperScale
+from fedaug.report.document import md_text
+from fedaug.report.grid import PaperScale, slug
+from fedaug.report.paper_scale import at_scale
 from fedaug.report.results import load_grid_results, summarize
+from fedaug.report.runner import run_grid
 from tests.experiments.scripts import load_script
 from tests.report.conftest import tiny_spec
 
@@ -21,13 +27,14 @@ from tests.report.conftest import tiny_spec
 PAPER = {"paper_rounds": 400, "paper_local_epochs": 1, "paper_datasets": ["office_caltech10"]}
 
 
-def tiny_page(page, tiny_grid, tmp_path, monkeypatch, claims, tables=(("Tiny table: a test", "tiny", False),)):
-    """Point the page at a copy of the tiny grid (as grid "tiny", with :data:`PAPER`) and return the compare dir."""
+def tiny_page(page, tiny_grid, tmp_path, monkeypatch, claims, tables=(("Tiny table: a test", "tiny", False),),
+              paper=PAPER):
+    """Point the page at a copy of the tiny grid (as grid "tiny", declaring ``paper``) and return the compare dir."""
     compare = tmp_path / "compare"
     shutil.copytree(tiny_grid, compare / "tiny")
     monkeypatch.setattr(page, "TABLES", list(tables))
     monkeypatch.setattr(page, "CLAIMS", claims)
-    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec(**PAPER))
+    monkeypatch.setattr(page, "load_grid", lambda name: tiny_spec(**paper))
     monkeypatch.setattr("sys.argv", ["results_page.py", "--compare", str(compare), "--out", str(tmp_path / "r.md")])
     return compare
 
@@ -228,3 +235,139 @@ def test_the_scale_sentence_says_what_the_grid_leaves_out_of_the_papers_setting(
                                           for r in found.results.runs])
     assert page.scale_sentence(replace(found, results=epochs), PaperScale((3, 5), (2,), ("synthetic",))) == (
         "Judged on 2 seeds per cell at 3 x 2 (rounds x local epochs) against the paper's 3/5 x 2, on the paper's data.")
+
+
+#: the tiny grid declared against a paper that its paper-scale variant trains in seconds: 4 rounds x 1 local epoch
+SMALL_PAPER = {"paper_rounds": 4, "paper_local_epochs": 1, "paper_datasets": ["office_caltech10"]}
+#: the claim the paper-scale tests judge at both scales
+AHEAD = Claim("the higher learning rate is ahead", "FedAvg lr 0.2", ("FedAvg",))
+
+
+@pytest.fixture(scope="module")
+def paper_grid(tmp_path_factory) -> Path:
+    """The tiny grid's paper-scale variant (``fedaug compare tiny --scale paper`` with seeds 0-2: 4 rounds x 1 local
+    epoch), finished; read-only for tests: copy before changing it."""
+    out = tmp_path_factory.mktemp("paper") / "tiny-paper-scale"
+    run_grid(at_scale(tiny_spec(**SMALL_PAPER), "paper", seeds=(0, 1, 2)), out)
+    return out
+
+
+def finished_scores(out: Path, method: str) -> dict[int, float]:
+    """seed -> final mean client test score of ``method``'s finished runs in the grid directory ``out``, read from
+    their summary.json files alone."""
+    scores = {}
+    for summary in sorted((out / "default" / slug(method)).glob("seed*/*/summary.json")):
+        record = json.loads(summary.read_text())
+        scores[int(summary.parent.parent.name.removeprefix("seed"))] = \
+            record["final"]["eval"]["mean"][f"test_{record['metric']}"]
+    return scores
+
+
+def expected_verdict(out: Path) -> tuple[str, str]:
+    """:data:`AHEAD`'s verdict and its comparison in the page's words (Markdown) on the grid directory ``out``, from
+    scipy on the seeds both methods finished (reproduced / reversed: p < 0.05 one way or the other)."""
+    mine, theirs = finished_scores(out, AHEAD.method), finished_scores(out, "FedAvg")
+    seeds = sorted(mine.keys() & theirs.keys())
+    a, b = np.array([mine[s] for s in seeds]), np.array([theirs[s] for s in seeds])
+    test = ttest_rel(a, b)
+    ci = test.confidence_interval(0.95)
+    diff = (a - b).mean()
+    verdict = ("reproduced" if diff > 0 and test.pvalue < 0.05 else "reversed" if test.pvalue < 0.05
+               else "not reproduced")
+    words = md_text(f"{100 * diff:+.1f} vs FedAvg (95 % CI [{100 * ci.low:+.1f}, {100 * ci.high:+.1f}], p "
+                    f"{test.pvalue:.3g} (n={len(seeds)}))")
+    return f"{verdict} ({int(diff > 0)} of 1 comparisons in the claimed direction)", words
+
+
+def only_added(before: str, after: str) -> bool:
+    """Whether ``after`` is ``before`` with lines inserted, none changed or removed."""
+    matcher = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines(), autojunk=False)
+    return all(tag in ("equal", "insert") for tag, *_ in matcher.get_opcodes())
+
+
+def test_a_claim_judged_at_both_scales_shows_both_side_by_side(tiny_grid, paper_grid, tmp_path, monkeypatch,
+                                                               capsys):
+    page = load_script("results_page")
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {"tiny": [AHEAD]}, paper=SMALL_PAPER)
+    page.main()
+    stand_in_only = (tmp_path / "r.md").read_text()
+    assert "paper's scale" not in stand_in_only and "paper-scale" not in stand_in_only
+    shutil.copytree(paper_grid, compare / "tiny-paper-scale")
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    assert only_added(stand_in_only, text)  # the stand-in rows, tables, verdicts and reading stay as they were
+
+    (small, small_words), (large, large_words) = expected_verdict(compare / "tiny"), expected_verdict(paper_grid)
+    # the claim's two rows, one under the other: 2 seeds at 3 rounds of 2 local steps, 3 seeds at the paper's 4 x 1
+    assert ("| Tiny table | the higher learning rate is ahead | FedAvg lr 0.2 | 2 | 3 x 2 steps (4 x 1) | stand-in "
+            f"| {small} |\n| Tiny table | as above, at the paper's scale | FedAvg lr 0.2 | 3 | 4 x 1 (4 x 1) "
+            f"| stand-in | {large} |\n") in text
+    assert page.PAPER_NOTE.replace("_", "\\_") in text
+    # the section: the stand-in verdict and reading, then the paper-scale archive's table, verdict and reading
+    section = text.split("## Tiny table: a test\n", 1)[1]
+    stand_in, scaled = section.split("At the paper's scale: grid `tiny-paper-scale` (`fedaug compare tiny --scale "
+                                     "paper`, run in GPU pieces by `benchmarks/paper_scale_gpu.sh`, "
+                                     "docs/benchmarks.md), the same cells at the paper's 4 x 1 (rounds x local "
+                                     "epochs), on the same stand-in data.")
+    assert f"Verdict: {small.split(' (')[0]}; claimed direction in " in stand_in and small_words in stand_in
+    assert "Reading: Judged on 2 seeds at 3 x 2 steps (rounds x local epochs) against the paper's 4 x 1" in stand_in
+    assert "Cells: complete." in scaled and "| FedAvg lr 0.2 |" in scaled
+    assert f"Full per-client tables: `{(compare / 'tiny-paper-scale').as_posix()}/table.md`." in scaled
+    assert f"Verdict at the paper's scale: {large.split(' (')[0]}; claimed direction in " in scaled
+    assert large_words in scaled and "Verdict:" not in scaled
+    assert ("Reading: Judged on 3 seeds at 4 x 1 (rounds x local epochs) against the paper's 4 x 1, on stand-in "
+            "data; this grid does not use the paper's datasets; its one comparison is") in scaled
+    assert "warning: tiny-paper-scale is judged but has no reading for its runs" in capsys.readouterr().err
+
+
+def test_an_unfinished_paper_scale_archive_is_judged_on_what_finished_or_says_how_far_it_is(
+        tiny_grid, paper_grid, tmp_path, monkeypatch):
+    """Seed 2 stopped with a checkpoint in one cell and not started in the other: the claim is judged on seeds 0
+    and 1; with seed 1 stopped too, its methods share one seed and the claim waits, saying how far its cells are."""
+    page = load_script("results_page")
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {"tiny": [AHEAD]}, paper=SMALL_PAPER)
+    scaled = compare / "tiny-paper-scale"
+    shutil.copytree(paper_grid, scaled)
+    (stopped,) = (scaled / "default" / "fedavg" / "seed2").glob("*/summary.json")
+    stopped.unlink()
+    assert list(stopped.parent.glob("checkpoints/*"))  # the run stopped with a checkpoint, as a GPU piece leaves it
+    shutil.rmtree(scaled / "default" / slug(AHEAD.method) / "seed2")
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    verdict, words = expected_verdict(scaled)
+    assert "(n=2))" in words
+    row = f"| Tiny table | as above, at the paper's scale | FedAvg lr 0.2 | 2 | 4 x 1 (4 x 1) | stand-in | {verdict} |"
+    assert row in text
+    assert "Cells: running: 4 of 6 cells finished." in text
+    assert f"Verdict at the paper's scale: {verdict.split(' (')[0]}; " in text and words in text
+    assert text.count("Reading: ") == 2  # the claim is judged: the archive's reading (pending) under the stand-in's
+
+    (seed1,) = (scaled / "default" / "fedavg" / "seed1").glob("*/summary.json")
+    seed1.unlink()
+    page.main()
+    text = (tmp_path / "r.md").read_text()
+    assert ("| Tiny table | as above, at the paper's scale | FedAvg lr 0.2 | 1 | 4 x 1 (4 x 1) | stand-in | running: "
+            "3 of 6 cells finished |") in text
+    assert "Cells: running: 3 of 6 cells finished." in text
+    assert "Verdict at the paper's scale" not in text and text.count("Reading: ") == 1  # the stand-in's only
+
+
+def test_running_counts_the_cells_the_claim_compares():
+    """Of a two-setting grid with three seeds, a claim on one setting counts that setting's cells only."""
+    page = load_script("results_page")
+    cells = {"A": {"n": 3}, "B": {"n": 1}, "C": {"n": 0}}
+    summary = {"grid": {"seeds": [0, 1, 2]}, "missing": ["..."],
+               "settings": {"s": {"methods": cells}, "t": {"methods": {"A": {"n": 0}, "B": {"n": 0}, "C": {"n": 0}}}}}
+    found = page.Finished(results=None, summary=summary, verdicts=[])
+    assert page.running(found, Claim("", "A", ("B",), settings=("s",))) == "running: 4 of 6 cells finished"
+    assert page.running(found, Claim("", "A", ("B", "C"))) == "running: 4 of 18 cells finished"
+
+
+def test_a_paper_scale_directory_holding_another_grid_is_refused(tiny_grid, tmp_path, monkeypatch):
+    page = load_script("results_page")
+    compare = tiny_page(page, tiny_grid, tmp_path, monkeypatch, {"tiny": [AHEAD]}, paper=SMALL_PAPER)
+    shutil.copytree(tiny_grid, compare / "tiny-paper-scale")  # the stand-in grid's runs, archived at the wrong name
+    with pytest.raises(ConfigError, match=r"tiny-paper-scale' holds a grid whose grid\.json records no paper scale "
+                                          r".*archive the output of 'fedaug compare tiny --scale paper' there"):
+        page.main()
+    assert not (tmp_path / "r.md").exists()
