@@ -116,8 +116,9 @@ def setting_tables(s: dict[str, Any]) -> list[Block]:
     best)."""
     m, base = s["metric"], s["baseline"]
     tuned = any("finetuned_final" in c for c in s["methods"].values())
-    spread = SPREAD_ROWS if all(not math.isnan(v) for c in s["methods"].values() if c["n"]
-                                for stat in c["spread_final"].values() for v in stat["values"]) else ()
+    recorded = [v for c in s["methods"].values() if c["n"] for stat in c["spread_final"].values()
+                for v in stat["values"]]
+    spread = SPREAD_ROWS if recorded and not any(math.isnan(v) for v in recorded) else ()
     head = ["method", "seeds", f"final test {m} (%)", f"Δ final vs {base}", "95 % CI", "p (paired t, n)",
             f"best test {m} (%)", f"Δ best vs {base}", "95 % CI", "p (paired t, n)",
             *[f"{label} final (%)" for _, label in spread],
