@@ -318,7 +318,7 @@ def _launch(kernel: JITFunction | InterpretedFunction, grid: tuple[int, int], x:
 def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor | None, ema: Tensor | None,
             running_mean: Tensor | None, running_std: Tensor | None, k_mu: Tensor | None, k_sigma: Tensor | None, *,
             p: float, const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int,
-            extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor, Tensor]:
+            extra: float, eps: float, unbiased: bool, grouped: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """Launch :func:`_ffa_forward` once for a group of clients.
 
     Args:
@@ -333,6 +333,8 @@ def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor
             ``shift`` is added; ``None`` with ``const``: that value for every channel.
         p: the coin's probability (the layer's path). const, shift, fixed, std_scale, correction,
             extra, eps, unbiased: the map (:func:`fedaug.layers.triton_op.ffa_restyle`).
+        grouped: ``False``: one client (G = 1) and no tensor has the group dimension (``x`` ``(B, C,
+            *spatial)``, ``seed`` ``()``, ``ema`` ``(2,)``, ...: the same memory), nor has ``y``.
 
     Returns:
         ``(y, saved, use)``: ``y`` like ``x``; ``saved`` ``(G, 4, B, C)`` (mu, sigma, noise_mu,
@@ -340,7 +342,8 @@ def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor
         the coin won (ones without the layer's path).
     """
     layer = noise is None
-    at = plan(x.shape, const, shift, fixed, std_scale, correction, extra, unbiased, eps, layer)
+    at = plan(x.shape if grouped else (1, *x.shape), const, shift, fixed, std_scale, correction, extra, unbiased, eps,
+              layer)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = torch.empty_like(x)
     saved = x.new_empty(at.saved, dtype=acc)
@@ -355,10 +358,11 @@ def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor
 
 def backward(grad: Tensor, x: Tensor, saved: Tensor, use: Tensor, k_mu: Tensor | None, k_sigma: Tensor | None, *,
              const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int, extra: float,
-             unbiased: bool, layer: bool) -> Tensor:
+             unbiased: bool, layer: bool, grouped: bool = True) -> Tensor:
     """Launch :func:`_ffa_backward` once: ``dL/dx`` like ``x`` from ``grad`` ``(G, B, C, *spatial)``
     (contiguous) and what :func:`forward` returned; arguments as there."""
-    at = plan(x.shape, const, shift, fixed, std_scale, correction, extra, unbiased, None, layer)
+    at = plan(x.shape if grouped else (1, *x.shape), const, shift, fixed, std_scale, correction, extra, unbiased, None,
+              layer)
     gx = torch.empty_like(x)
     _launch(_ffa_backward, at.grid, x, (grad, x, saved, use, x if k_mu is None else k_mu,
                                         x if k_sigma is None else k_sigma, gx, at.b, at.c, at.n, at.denom_n,

@@ -34,7 +34,9 @@ __all__ = ["ffa_restyle", "ffa_train"]
 
 
 class _Options(NamedTuple):
-    """The map's options (:func:`ffa_train`); ``layer``: the layer's path (draws, running statistics)."""
+    """The map's options (:func:`ffa_train`); ``layer``: the layer's path (draws, running statistics);
+    ``single``: one client's tensors without the group dimension (G = 1: :func:`ffa_train`'s eager call,
+    which so takes no view of ``x`` that autograd would record, nor of the layer's buffers)."""
 
     p: float
     const: Optional[float]
@@ -46,6 +48,7 @@ class _Options(NamedTuple):
     eps: float
     unbiased: bool
     layer: bool
+    single: bool
 
 
 #: :class:`_Options`, one instance per set of values (a cache hit builds nothing)
@@ -106,13 +109,14 @@ class _FFA(torch.autograd.Function):
         seed = None if seed is None else seed.contiguous()
         k_mu = None if k_mu is None else k_mu.contiguous()
         k_sigma = None if k_sigma is None else k_sigma.contiguous()
-        if untraced():
+        if opts.single or untraced():  # (single: only where ffa_train found nothing traced)
             return triton_ffa.forward(x, noise, seed, offset, ema, running_mean, running_std, k_mu, k_sigma, p=opts.p,
                                       const=opts.const, shift=opts.shift, fixed=opts.fixed, std_scale=opts.std_scale,
                                       correction=opts.correction, extra=opts.extra, eps=opts.eps,
-                                      unbiased=opts.unbiased)
+                                      unbiased=opts.unbiased, grouped=not opts.single)
         return torch.ops.fedaug_triton.ffa_forward(x, noise, seed, offset, ema, running_mean, running_std, k_mu,
-                                                   k_sigma, *opts[:-1])
+                                                   k_sigma, opts.p, opts.const, opts.shift, opts.fixed, opts.std_scale,
+                                                   opts.correction, opts.extra, opts.eps, opts.unbiased)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:  # type: ignore[override]
@@ -157,13 +161,19 @@ def _backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
     """:meth:`_FFA.backward` of a ``grad`` that is not ``None``: one launch of the backward kernel."""
     x, saved, use, k_mu, k_sigma = ctx.saved_tensors
     o = ctx.opts
-    tensors = (grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma)
+    grad, x = grad.contiguous(), x.contiguous()
     if untraced():
-        gx = triton_ffa.backward(*tensors, const=o.const, shift=o.shift, fixed=o.fixed, std_scale=o.std_scale,
-                                 correction=o.correction, extra=o.extra, unbiased=o.unbiased, layer=o.layer)
+        gx = triton_ffa.backward(grad, x, saved, use, k_mu, k_sigma, const=o.const, shift=o.shift, fixed=o.fixed,
+                                 std_scale=o.std_scale, correction=o.correction, extra=o.extra, unbiased=o.unbiased,
+                                 layer=o.layer, grouped=not o.single)
+    elif o.single:  # an eager forward's backward traced: the operator's grouped tensors
+        k_mu, k_sigma = (None if k is None else k.unsqueeze(0) for k in (k_mu, k_sigma))
+        gx = torch.ops.fedaug_triton.ffa_backward(grad.unsqueeze(0), x.unsqueeze(0), saved, use, k_mu, k_sigma,
+                                                  o.const, o.shift, o.fixed, o.std_scale, o.correction, o.extra,
+                                                  o.unbiased, o.layer).squeeze(0)
     else:
-        gx = torch.ops.fedaug_triton.ffa_backward(*tensors, o.const, o.shift, o.fixed, o.std_scale, o.correction,
-                                                  o.extra, o.unbiased, o.layer)
+        gx = torch.ops.fedaug_triton.ffa_backward(grad, x, saved, use, k_mu, k_sigma, o.const, o.shift, o.fixed,
+                                                  o.std_scale, o.correction, o.extra, o.unbiased, o.layer)
     return gx, *([None] * 9)
 
 
@@ -220,7 +230,10 @@ def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean
     if 1 + x.shape[0] * x.shape[1] > triton_ffa.COUNTERS:
         raise ValueError(f"FFA layer: a batch of {x.shape[0]} x {x.shape[1]} channels needs more than "
                          f"{triton_ffa.COUNTERS} random numbers per forward; split the batch")
-    opts = _options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True)
+    if untraced() and not torch._C._are_functorch_transforms_active():  # one client, eagerly: no group dimension
+        return _BASE_APPLY(x, None, seed, offset, ema, running_mean, running_std, k_mu, k_sigma,
+                           _options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True, True))[0]
+    opts = _options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True, False)
     y, _, _ = _apply(x.unsqueeze(0), None, seed.reshape(1), offset.reshape(1), ema.unsqueeze(0),
                      running_mean.unsqueeze(0), running_std.unsqueeze(0), None if k_mu is None else k_mu.unsqueeze(0),
                      None if k_sigma is None else k_sigma.unsqueeze(0), opts)
@@ -249,7 +262,7 @@ def ffa_restyle(x: Tensor, noise: Tensor, param: Tensor, fixed: bool, std_scale:
         ``(y, z)``: ``y`` like ``x``, differentiable w.r.t. ``x`` (once); ``z`` ``(2, B, C)`` the
         statistics ``(mu, sigma)`` (Eq. 2), not differentiable.
     """
-    opts = _options(1.0, None, 0.0, fixed, std_scale, correction, extra, eps, unbiased, False)
+    opts = _options(1.0, None, 0.0, fixed, std_scale, correction, extra, eps, unbiased, False, False)
     y, saved, _ = _apply(x.unsqueeze(0), noise.unsqueeze(0), None, None, None, None, None, param[0:1], param[1:2],
                          opts)
     return y.squeeze(0), saved[0, :2]
