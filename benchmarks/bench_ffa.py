@@ -223,7 +223,8 @@ def measured_comm(model: str, data: dict, rounds: int = 2) -> tuple[int, int, in
 def host_cost(repeats: int) -> dict[str, float]:
     """Microseconds of host time per training forward + backward of one layer on a tiny CPU tensor (module
     docstring, ``--host``): ``ffa`` (Triton path, launches stubbed), ``instancenorm``, ``none``; the three
-    alternate ``repeats`` times, each the best of 5 x 200 calls, and the medians are returned."""
+    alternate ``repeats`` times, each the best of 5 x 200 calls timed by ``CLOCK`` (``--clock``), and the medians
+    are returned."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton path on CPU tensors (nothing is launched here)
     triton_ffa = kernel.triton_module().triton_ffa
 
@@ -245,7 +246,8 @@ def host_cost(repeats: int) -> dict[str, float]:
         for _ in range(repeats):
             for name, layer in layers.items():
                 step(layer)
-                times[name].append(min(timeit.repeat(lambda: step(layer), timer=CLOCK, number=200, repeat=5)) / 200 * 1e6)
+                best = min(timeit.repeat(lambda: step(layer), timer=CLOCK, number=200, repeat=5))
+                times[name].append(best / 200 * 1e6)
     finally:
         triton_ffa._ffa_forward, triton_ffa._ffa_backward = launches
     return {name: statistics.median(t) for name, t in times.items()}
@@ -285,8 +287,8 @@ def main() -> None:
             names = kernels_per_step(layer.to(device), device)
             print(f"CUDA kernels per layer and step (forward + backward), {name}: {len(names)} ({', '.join(names)})")
         print()
-    print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN "
-          "| ms/step none captured | FFA captured | InstanceNorm captured | FFA / IN captured |")
+    print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm "
+          "| FFA / IN | ms/step none captured | FFA captured | InstanceNorm captured | FFA / IN captured |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
         med = time_model(name, args.repeats, args.steps, device)

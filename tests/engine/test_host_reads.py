@@ -81,17 +81,32 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostReads]:
 PROGRAMS = ("cpu", "accelerator")
 
 
-def federation(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str, every: int) -> Any:
+def federation(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str, every: int, *,
+               method: dict[str, Any] | None = None, steps: int = 1) -> Any:
     """A small federation on ``model`` running ``program``'s branches (:data:`PROGRAMS`), evaluated every
-    ``every`` rounds."""
+    ``every`` rounds, training ``method`` (default FedAvg) for ``steps`` local steps."""
     if program == "accelerator":
         monkeypatch.setattr(server_ops, "loaded", lambda: None)
         monkeypatch.setattr(payload, "fuses", lambda device: True)
-    raw = {"seed": 0, "threads": 1, "model": {"name": model},
+    raw = {"seed": 0, "threads": 1, "model": {"name": model}, **({"method": method} if method else {}),
            "data": {"name": "synthetic", "options": {"num_clients": clients, "samples_per_client": 12, "size": 16,
                                                      "channels": 3, "num_classes": 10}},
-           "train": {"rounds": 2, "local_steps": 1, "batch_size": 6}, "eval": {"every": every}}
+           "train": {"rounds": 2, "local_steps": steps, "batch_size": 6}, "eval": {"every": every}}
     return build_simulation(validate(raw))
+
+
+def mark_local_steps(monkeypatch: pytest.MonkeyPatch, mode: Any) -> None:
+    """``mode.inside`` raised while a client's local steps run (:func:`~fedaug.engine.client.training.eager_steps`)."""
+    steps = training.eager_steps
+
+    def local_steps(*args: Any, **kwargs: Any) -> Any:
+        mode.inside += 1
+        try:
+            return steps(*args, **kwargs)
+        finally:
+            mode.inside -= 1
+
+    monkeypatch.setattr(training, "eager_steps", local_steps)
 
 
 def round_reads(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str = "cpu") -> HostReads:
@@ -154,22 +169,10 @@ class Syncing(TorchDispatchMode):
 def steps_round(monkeypatch: pytest.MonkeyPatch, method: dict[str, Any], steps: int) -> tuple[HostReads, Syncing]:
     """Round 2 of a federation of 2 small_cnn clients training ``steps`` local steps with ``method``: its host reads
     (training and aggregation) and the syncing operators of its local steps."""
-    raw = {"seed": 0, "threads": 1, "model": {"name": "small_cnn"}, "method": method,
-           "data": {"name": "synthetic", "options": {"num_clients": 2, "samples_per_client": 12, "size": 16,
-                                                     "channels": 3, "num_classes": 10}},
-           "train": {"rounds": 2, "local_steps": steps, "batch_size": 6}, "eval": {"every": 100}}
-    sim = build_simulation(validate(raw))
+    sim = federation(monkeypatch, "small_cnn", 2, "cpu", 100, method=method, steps=steps)
     sim.run_round(1)
-    syncing, local = Syncing(), training.eager_steps
-
-    def local_steps(*args: Any, **kwargs: Any) -> Any:
-        syncing.inside += 1
-        try:
-            return local(*args, **kwargs)
-        finally:
-            syncing.inside -= 1
-
-    monkeypatch.setattr(training, "eager_steps", local_steps)
+    syncing = Syncing()
+    mark_local_steps(monkeypatch, syncing)
     with counting(monkeypatch) as reads, syncing:
         sim.run_round(2)
     return reads, syncing
@@ -217,16 +220,8 @@ def round_calls(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, progr
     on ``model``, outside the clients' local steps (:func:`~fedaug.engine.client.training.eager_steps`)."""
     sim = federation(monkeypatch, model, clients, program, every=100)
     sim.run_round(1)
-    calls, steps = Calls(), training.eager_steps
-
-    def local_steps(*args: Any, **kwargs: Any) -> Any:
-        calls.inside += 1
-        try:
-            return steps(*args, **kwargs)
-        finally:
-            calls.inside -= 1
-
-    monkeypatch.setattr(training, "eager_steps", local_steps)
+    calls = Calls()
+    mark_local_steps(monkeypatch, calls)
     with calls:
         sim.run_round(2)
     monkeypatch.undo()
