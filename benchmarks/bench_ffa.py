@@ -13,7 +13,12 @@ forward and one backward, issue 46), ``ffa-pytorch`` (the same layer with
 layer is written, for reference) and ``instancenorm`` (``nn.InstanceNorm{1,2,3}d``, no affine).
 Repeats are interleaved (none, ffa, ffa-pytorch, ffa-autograd, instancenorm, none, ...); each repeat times
 ``--steps`` SGD steps after one warm-up step; a configuration's time is the median over all its
-timed steps, and every ratio divides two medians of the same run; FFA / IN divides ``ffa``. On
+timed steps, and every ratio divides two medians of the same run; FFA / IN divides ``ffa``. Then ``none``,
+``ffa`` and ``instancenorm`` are timed captured too (:data:`CAPTURED`; "FFA / IN captured"): each one's training
+step captured once (:func:`fedaug.engine.client.graphed.capture_step`: warm-up, undo, capture) in a CUDA graph on
+CUDA (:class:`~fedaug.engine.client.capture.CudaGraphs`), elsewhere in its CPU emulation
+(:class:`~fedaug.engine.client.capture.TracedCapture`, which replays the recorded operations: what a graph
+replays, without Python), and timed as replays, interleaved as the eager steps are. On
 CUDA (``--device cuda``) the layers draw from a CUDA generator, as the engine's components do, each
 timed step ends with a synchronisation, and Triton compiles its kernels in the first (untimed)
 warm-up steps; before the table, ``torch.profiler`` counts the CUDA kernels of one layer's forward
@@ -42,6 +47,8 @@ from fedaug.config.schema import validate
 from fedaug.core.device import environment, resolve_device
 from fedaug.core.rng import scoped_global_seed
 from fedaug.core.runtime import configure_process
+from fedaug.engine.client.capture import Capture, CudaGraphs, TracedCapture
+from fedaug.engine.client.graphed import capture_step
 from fedaug.engine.run import build_simulation
 from fedaug.layers import FFALayer, attach, kernel, stage_channels
 from fedaug.models import build_model
@@ -95,8 +102,44 @@ def _step_end(device: torch.device) -> float:
     return CLOCK()
 
 
+#: the configurations also timed captured: those whose steps draw from no generator a graph does not own
+#: (``ffa-pytorch`` draws from its layer's generator, ``ffa-autograd`` from the global stream)
+CAPTURED = ("none", "ffa", "instancenorm")
+
+
+def sgd_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor
+             ) -> Callable[[], tuple[Tensor, dict[str, Tensor]]]:
+    """One training step of ``model`` on ``(x, y)`` (cross-entropy, backward, ``opt.step()``), returning its
+    detached loss and no loss terms (the step :func:`~fedaug.engine.client.graphed.capture_step` captures)."""
+    def step() -> tuple[Tensor, dict[str, Tensor]]:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach(), {}
+
+    return step
+
+
+def capture_of(device: torch.device) -> Capture:
+    """CUDA graphs on CUDA, their CPU emulation elsewhere (module docstring)."""
+    return CudaGraphs(device) if device.type == "cuda" else TracedCapture()
+
+
+def captured(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, layers: dict[str, nn.Module],
+             device: torch.device) -> Callable[[], None]:
+    """What replays :func:`sgd_step` captured with ``layers`` attached (the graph keeps them: their hooks are not
+    needed after the capture, their buffers are, so the caller keeps ``layers``)."""
+    static = [*model.parameters(), *model.buffers(), *(b for layer in layers.values() for b in layer.buffers())]
+    with attach(model, layers):
+        replay, _ = capture_step(capture_of(device), sgd_step(model, opt, x, y), static, opt,
+                                 torch.zeros((), device=device), {})
+    return replay
+
+
 def time_model(name: str, repeats: int, steps: int, device: torch.device) -> dict[str, float]:
-    """Median seconds per SGD step of ``name`` on ``device`` for every configuration of :func:`makers`."""
+    """Median seconds per SGD step of ``name`` on ``device`` for every configuration of :func:`makers`, eager, and
+    for those of :data:`CAPTURED` replayed (keys ``"<configuration> captured"``)."""
     cin, ncls, shape, label_shape, batch = MODELS[name]
     with scoped_global_seed(0, "bench", name):
         model = build_model(name, in_channels=cin, num_classes=ncls).train().to(device)
@@ -112,19 +155,31 @@ def time_model(name: str, repeats: int, steps: int, device: torch.device) -> dic
             model.eval()(x[:2])
     model.train()
     configurations = makers(device)
+
+    def layers_of(key: str) -> dict[str, nn.Module]:
+        make = configurations[key]
+        return {} if make is None else {n: make(c, ranks[n]).to(device) for n, c in channels.items()}
+
     times: dict[str, list[float]] = {k: [] for k in configurations}
+    step = sgd_step(model, opt, x, y)
     for _ in range(repeats):
-        for key, make in configurations.items():
-            layers = {} if make is None else {n: make(c, ranks[n]).to(device) for n, c in channels.items()}
-            with attach(model, layers):
+        for key in configurations:
+            with attach(model, layers_of(key)):
                 for i in range(steps + 1):
                     start = _step_end(device)
-                    loss = nn.functional.cross_entropy(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
+                    step()
                     if i:
                         times[key].append(_step_end(device) - start)
+    kept = {key: layers_of(key) for key in CAPTURED}
+    replays = {f"{key} captured": captured(model, opt, x, y, kept[key], device) for key in CAPTURED}
+    times.update({key: [] for key in replays})
+    for _ in range(repeats):
+        for key, replay in replays.items():
+            for i in range(steps + 1):
+                start = _step_end(device)
+                replay()
+                if i:
+                    times[key].append(_step_end(device) - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -168,7 +223,8 @@ def measured_comm(model: str, data: dict, rounds: int = 2) -> tuple[int, int, in
 def host_cost(repeats: int) -> dict[str, float]:
     """Microseconds of host time per training forward + backward of one layer on a tiny CPU tensor (module
     docstring, ``--host``): ``ffa`` (Triton path, launches stubbed), ``instancenorm``, ``none``; the three
-    alternate ``repeats`` times, each the best of 5 x 200 calls, and the medians are returned."""
+    alternate ``repeats`` times, each the best of 5 x 200 calls timed by ``CLOCK`` (``--clock``), and the medians
+    are returned."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton path on CPU tensors (nothing is launched here)
     triton_ffa = kernel.triton_module().triton_ffa
 
@@ -190,7 +246,8 @@ def host_cost(repeats: int) -> dict[str, float]:
         for _ in range(repeats):
             for name, layer in layers.items():
                 step(layer)
-                times[name].append(min(timeit.repeat(lambda: step(layer), number=200, repeat=5)) / 200 * 1e6)
+                best = min(timeit.repeat(lambda: step(layer), timer=CLOCK, number=200, repeat=5))
+                times[name].append(best / 200 * 1e6)
     finally:
         triton_ffa._ffa_forward, triton_ffa._ffa_backward = launches
     return {name: statistics.median(t) for name, t in times.items()}
@@ -230,17 +287,21 @@ def main() -> None:
             names = kernels_per_step(layer.to(device), device)
             print(f"CUDA kernels per layer and step (forward + backward), {name}: {len(names)} ({', '.join(names)})")
         print()
-    print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm | FFA / IN |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | input | batch | ms/step none | FFA | FFA, kernel off | plain-autograd FFA | InstanceNorm "
+          "| FFA / IN | ms/step none captured | FFA captured | InstanceNorm captured | FFA / IN captured |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
         med = time_model(name, args.repeats, args.steps, device)
         base = med["none"]
         r = {k: v / base for k, v in med.items()}
         ffa = r["ffa"]
         _, _, shape, _, batch = MODELS[name]
+        graphed = med["none captured"]
+        ffa_c, in_c = med["ffa captured"] / graphed, med["instancenorm captured"] / graphed
         print(f"| `{name}` | {'x'.join(map(str, shape))} | {batch} | {1e3 * base:.2f} | {ffa:.3f} | "
               f"{r['ffa-pytorch']:.3f} | {r['ffa-autograd']:.3f} | {r['instancenorm']:.3f} | "
-              f"{ffa / r['instancenorm']:.3f} |", flush=True)
+              f"{ffa / r['instancenorm']:.3f} | {1e3 * graphed:.2f} | {ffa_c:.3f} | {in_c:.3f} | {ffa_c / in_c:.3f} |",
+              flush=True)
     if args.skip_comm:
         return
     print("\n| model | clients | FedFA bytes/round (engine) | per client | Appendix D 4 sum C x 4 B |")

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The CUDA checks of docs/benchmarks.md ("Devices and precision") in one run, on a machine with a GPU:
 # the tests/gpu suite (4 processes), then bench_device.py (engine / bare / lean per model and precision),
-# bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and without it), profile_round.py
+# bench_ffa.py (FFA / InstanceNorm with the Triton kernel, kernel = "on", and without it; eager and captured in
+# CUDA graphs), profile_round.py
 # (where an engine round's time goes against the lean loop's: launches, host waits, fedaug's functions; it also
 # names the GPU, torch and CUDA), measure_tolerances.py (each execution against eager steps on CUDA),
 # bench_throughput.py --groups (a round's clients trained as batched groups, train.group_clients, against one at a
@@ -32,7 +33,9 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out
 }
 step tests_gpu 150 "$py" -m pytest -p no:cacheprovider -q -rfEs -m gpu -n 4 tests/gpu
 step bench_device 100 "$py" benchmarks/bench_device.py --devices cuda --threads 8 --repeats 3
-step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8
+# bench_ffa: 5 repeats (not 7) to leave room in its limit for the captured columns (3 captures and 5 x 3 x 6 replays
+# a model, each replay cheaper than an eager step)
+step bench_ffa 75 "$py" benchmarks/bench_ffa.py --device cuda --skip-comm --threads 8 --repeats 5
 step profile_round 50 "$py" benchmarks/profile_round.py --device cuda --threads 8
 step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --executions grouped captured --methods fedavg scaffold fedfa fedfa_kernel vfda fedrdn flea
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8

@@ -6,6 +6,9 @@ For each model of ``bench_device.py`` (the same configurations, FedAvg, 2 client
 * under ``torch.profiler``, per round: the kernels launched, their summed device time, and the host waits
   (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaMemcpyAsync``; ``aten::_local_scalar_dense``,
   torch's own host reads) of each side, and the ATen operators the engine calls most often beyond the lean loop;
+* the synchronisations per round and per local step of each side (issue 63): the stream and device
+  synchronisations on CUDA (every host read is one, and so is a copy from pageable host memory), the host reads
+  on a CPU (where nothing else waits);
 * ``cProfile`` of engine rounds: fedaug's functions by cumulative time (on a GPU a host read's wait lands in the
   function that reads).
 
@@ -35,6 +38,18 @@ from fedaug.models.registry import build_model
 
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "aten::_local_scalar_dense")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+#: what a synchronisation is counted as, on CUDA and elsewhere (:func:`synchronisations`)
+SYNC_NOTE = {True: "cudaStreamSynchronize + cudaDeviceSynchronize",
+             False: "host reads through aten::_local_scalar_dense; a CPU tensor's tolist() makes none"}
+
+
+def synchronisations(counts: collections.Counter[str], device: torch.device) -> float:
+    """The host's waits for the device among a round's profiler ``counts``: on CUDA the stream and device
+    synchronisations (a host read, a copy to pageable memory or from it each make one), elsewhere the host reads."""
+    if device.type == "cuda":
+        return counts["cudaStreamSynchronize"] + counts["cudaDeviceSynchronize"]
+    return counts["aten::_local_scalar_dense"]
+
 
 
 def profiled(run: Callable[[], object], rounds: int, device: torch.device) -> tuple[collections.Counter[str], float]:
@@ -93,6 +108,11 @@ def main() -> None:
         print(f"| kernel launches | {launches[0]:.0f} | {launches[1]:.0f} |")
         for name in WAITS:
             print(f"| {name} | {engine_counts[name]:.0f} | {lean_counts[name]:.0f} |")
+        steps = len(sim.data.clients) * cfg.train.local_steps  # every client trains in both (bench_device's configs)
+        syncs = [synchronisations(c, sim.device) for c in (engine_counts, lean_counts)]
+        print(f"synchronisations per round ({SYNC_NOTE[sim.device.type == 'cuda']}): engine {syncs[0]:.0f}, lean "
+              f"{syncs[1]:.0f}; per local step ({steps} a round): engine {syncs[0] / steps:.2f}, lean "
+              f"{syncs[1] / steps:.2f}")
         extra = sorted(((engine_counts[k] - lean_counts[k], k) for k in engine_counts if k.startswith("aten::")),
                        reverse=True)[: args.top]
         print("ATen operators the engine calls more often (per round, engine - lean): "

@@ -81,17 +81,32 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostReads]:
 PROGRAMS = ("cpu", "accelerator")
 
 
-def federation(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str, every: int) -> Any:
+def federation(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str, every: int, *,
+               method: dict[str, Any] | None = None, steps: int = 1) -> Any:
     """A small federation on ``model`` running ``program``'s branches (:data:`PROGRAMS`), evaluated every
-    ``every`` rounds."""
+    ``every`` rounds, training ``method`` (default FedAvg) for ``steps`` local steps."""
     if program == "accelerator":
         monkeypatch.setattr(server_ops, "loaded", lambda: None)
         monkeypatch.setattr(payload, "fuses", lambda device: True)
-    raw = {"seed": 0, "threads": 1, "model": {"name": model},
+    raw = {"seed": 0, "threads": 1, "model": {"name": model}, **({"method": method} if method else {}),
            "data": {"name": "synthetic", "options": {"num_clients": clients, "samples_per_client": 12, "size": 16,
                                                      "channels": 3, "num_classes": 10}},
-           "train": {"rounds": 2, "local_steps": 1, "batch_size": 6}, "eval": {"every": every}}
+           "train": {"rounds": 2, "local_steps": steps, "batch_size": 6}, "eval": {"every": every}}
     return build_simulation(validate(raw))
+
+
+def mark_local_steps(monkeypatch: pytest.MonkeyPatch, mode: Any) -> None:
+    """``mode.inside`` raised while a client's local steps run (:func:`~fedaug.engine.client.training.eager_steps`)."""
+    steps = training.eager_steps
+
+    def local_steps(*args: Any, **kwargs: Any) -> Any:
+        mode.inside += 1
+        try:
+            return steps(*args, **kwargs)
+        finally:
+            mode.inside -= 1
+
+    monkeypatch.setattr(training, "eager_steps", local_steps)
 
 
 def round_reads(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, program: str = "cpu") -> HostReads:
@@ -124,6 +139,63 @@ def test_a_rounds_host_reads_are_a_constant_plus_a_constant_per_client(monkeypat
     assert per_client <= 7 and counts[2] - 2 * per_client <= 5, counts
 
 
+#: operators that synchronise with the host on a GPU besides the host reads: an output whose size depends on values
+#: (``nonzero``, boolean-mask indexing, ``masked_select``, ``unique``, ``bincount``, ``repeat_interleave``), a
+#: comparison returned to Python (``equal``, ``is_nonzero``), host data made a tensor (``lift_fresh``: on a GPU a
+#: copy from pageable memory)
+SYNCING = frozenset({"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive",
+                     "bincount", "repeat_interleave", "equal", "is_nonzero", "lift_fresh"})
+
+
+class Syncing(TorchDispatchMode):
+    """Counts the calls of :data:`SYNCING` operators (and indexing by a boolean mask) by name, inside the clients'
+    local steps (:attr:`inside` > 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: collections.Counter[str] = collections.Counter()
+        self.inside = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        name = func.overloadpacket.__name__
+        masked = name in ("index", "index_put", "index_put_") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None)
+        if self.inside and (name in SYNCING or masked):
+            self.names[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def steps_round(monkeypatch: pytest.MonkeyPatch, method: dict[str, Any], steps: int) -> tuple[HostReads, Syncing]:
+    """Round 2 of a federation of 2 small_cnn clients training ``steps`` local steps with ``method``: its host reads
+    (training and aggregation) and the syncing operators of its local steps."""
+    sim = federation(monkeypatch, "small_cnn", 2, "cpu", 100, method=method, steps=steps)
+    sim.run_round(1)
+    syncing = Syncing()
+    mark_local_steps(monkeypatch, syncing)
+    with counting(monkeypatch) as reads, syncing:
+        sim.run_round(2)
+    return reads, syncing
+
+
+@pytest.mark.parametrize("method", [{"base": "fedavg"}, {"base": "fedprox"}, {"base": "scaffold"},
+                                    {"base": "fedsam"}, {"base": "fedavg", "augs": ["fedrdn"]}],
+                         ids=lambda m: "+".join([m["base"], *m.get("augs", [])]))
+def test_a_clients_local_steps_read_the_host_a_constant_number_of_times_not_once_per_step(monkeypatch, method):
+    """Issue 63: a round of 3 local steps a client reads the host as often as one of 9 (the losses and loss terms
+    summed on the device, read once per client with its metrics), and no local step runs an operator that
+    synchronises on a GPU (:data:`SYNCING`). Measured: 11 reads a round for 2 clients (22 with FedRDN, whose
+    statistics travel), 0 syncing operators. (Methods whose draws are defined by a host read are left out, each
+    read once per step and stream: FedFA's PyTorch path reads its coin per layer, MixStyle its coin and its Beta
+    draws' seed, Mixup and FLea the seed and copy the NumPy draws to the device; docs/benchmarks.md.)"""
+    few, few_ops = steps_round(monkeypatch, method, 3)
+    monkeypatch.undo()
+    many, many_ops = steps_round(monkeypatch, method, 9)
+    assert many.total == few.total, (few.by_place, many.by_place)
+    assert not few_ops.names and not many_ops.names, (few_ops.names, many_ops.names)
+    assert few.total <= 22, few.by_place
+
+
 #: operators that compute nothing (views and aliases: no kernel on a GPU)
 VIEWS = frozenset({"view", "_unsafe_view", "_reshape_alias", "detach", "alias", "t", "slice", "select", "expand",
                    "as_strided", "unsqueeze", "squeeze", "lift_fresh", "permute", "transpose", "unbind"})
@@ -148,16 +220,8 @@ def round_calls(monkeypatch: pytest.MonkeyPatch, model: str, clients: int, progr
     on ``model``, outside the clients' local steps (:func:`~fedaug.engine.client.training.eager_steps`)."""
     sim = federation(monkeypatch, model, clients, program, every=100)
     sim.run_round(1)
-    calls, steps = Calls(), training.eager_steps
-
-    def local_steps(*args: Any, **kwargs: Any) -> Any:
-        calls.inside += 1
-        try:
-            return steps(*args, **kwargs)
-        finally:
-            calls.inside -= 1
-
-    monkeypatch.setattr(training, "eager_steps", local_steps)
+    calls = Calls()
+    mark_local_steps(monkeypatch, calls)
     with calls:
         sim.run_round(2)
     monkeypatch.undo()

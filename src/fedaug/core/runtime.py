@@ -35,7 +35,7 @@ from collections.abc import Iterator
 
 import torch
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch._C import _len_torch_dispatch_stack
 
 from fedaug.core.errors import ConfigError
 
@@ -146,4 +146,4 @@ def untraced() -> bool:
     directly, a kernel launched without its operator) is seen by no one who needed to see it: no dispatch
     mode is active (``make_fx`` tracing a step for a CUDA graph, fake tensors, a test's counting mode) and
     nothing is being compiled or traced by ``torch.fx``."""
-    return _get_current_dispatch_mode() is None and not torch.compiler.is_compiling() and not is_fx_symbolic_tracing()
+    return not _len_torch_dispatch_stack() and not is_fx_symbolic_tracing() and not torch.compiler.is_compiling()

@@ -347,16 +347,15 @@ class FFALayer(nn.Module):
     def _forward_triton(self, x: Tensor, state: KernelState | FFALayer) -> Tensor:
         """The training forward on the Triton path (:func:`fedaug.layers.triton_op.ffa_train`), on
         ``state``'s per-client tensors: this layer's buffers, or one client's slices of a grouped step."""
-        if x.device.type != "cuda":
-            compiled.check_triton_device(x.device, "FFALayer.kernel")
         official = self.estimator == "official"
         if self.variance == "fixed":
             const = self.lam**2 if self.noise_scale == "variance" else self.lam
         else:
             const = 1.0 if self.variance == "client" else None
-        shared = (None, None) if const is not None else (state.shared_mu, state.shared_sigma)
-        return compiled.triton_module().ffa_train(
-            x, state.seed, state.offset, state.ema, state.running_mean, state.running_std, *shared, p=self.p,
+        t = self._buffers if state is self else state.__dict__  # the buffers read without Module.__getattr__
+        shared = (None, None) if const is not None else (t["shared_mu"], t["shared_sigma"])
+        return compiled.triton_on(x.device.type, "FFALayer.kernel").ffa_train(
+            x, t["seed"], t["offset"], t["ema"], t["running_mean"], t["running_std"], *shared, p=self.p,
             const=const, shift=0.0 if self.variance == "product" else 1.0, fixed=self.variance == "fixed",
             std_scale=self.noise_scale == "std", correction=int(official), extra=1e-6 if official else 0.0,
             eps=self.eps, unbiased=official)

@@ -31,6 +31,7 @@ interpreter (``TRITON_INTERPRET=1`` before triton is imported: slow, for tests;
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -43,7 +44,7 @@ from fedaug.core.errors import ConfigError
 from fedaug.core.native import CACHE_ENV, KernelBuildError, cache_dir
 
 __all__ = ["CACHE_ENV", "FUSED_DEVICES", "MODES", "KernelBuildError", "build", "cache_dir", "check_triton_device",
-           "fused_op", "restyle_op", "triton_module", "triton_op", "uses_triton"]
+           "fused_op", "restyle_op", "triton_module", "triton_on", "triton_op", "uses_triton"]
 
 SOURCE = Path(__file__).with_name("csrc") / "ffa_restyle.cpp"
 #: the FFA layers' computation paths: the pure-PyTorch path (default), the fused kernel of the device
@@ -144,6 +145,18 @@ def check_triton_device(device: torch.device, owner: str) -> None:
                           f"{owner}='on' (the compiled CPU kernel) or 'off' (the PyTorch path)")
     raise ConfigError(f"{owner}='triton' runs on CUDA (or a CPU under Triton's interpreter), but the model is on "
                       f"{device}; set {owner}='off' (the PyTorch path, which runs on every device)")
+
+
+@functools.cache
+def triton_on(device_type: str, owner: str) -> ModuleType:
+    """:func:`triton_module` once :func:`check_triton_device` passed for ``device_type`` (a failed check is not
+    cached: it raises again), for the layer's every forward: a dictionary look-up after the first.
+
+    Raises:
+        KernelBuildError, ConfigError: as :func:`check_triton_device`.
+    """
+    check_triton_device(torch.device(device_type), owner)
+    return triton_module()
 
 
 def fused_op(device_type: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

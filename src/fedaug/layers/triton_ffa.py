@@ -40,15 +40,16 @@ these kernels on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 #: most elements of one ``BLOCK_B x BLOCK_N`` tile (longer rows loop over tiles).
 TILE = 4096
@@ -267,38 +268,57 @@ def interpreter_runs() -> bool:
     return int(out) == 2
 
 
-@functools.lru_cache(maxsize=256)
-def _blocks(b: int, n: int) -> dict[str, int | bool]:
-    """Launch options for ``b`` rows of ``n`` positions: a ``BLOCK_B x BLOCK_N`` tile of at most
-    :data:`TILE` elements (at least :data:`MIN_BLOCK` lanes a row), warps by tile size, and fused
-    multiply-adds (as ATen's CUDA kernels; Triton's default for them is changing, so it is fixed here)."""
-    block_b = triton.next_power_of_2(b)  # (per layer shape, not per launch: the call costs ~10 us)
+class Plan(NamedTuple):
+    """What a launch's arguments owe to the shape and the map alone, computed once per layer shape
+    (:func:`plan`), so that a launch builds no dictionary and calls no helper: the grid, the kernel's
+    integer arguments and its keyword arguments (compile-time constants and launch options)."""
+
+    grid: tuple[int, int]
+    b: int
+    c: int
+    n: int
+    denom_n: int
+    denom_b: int
+    saved: tuple[int, int, int, int]
+    constants: dict[str, float | int | bool]
+
+
+@functools.lru_cache(maxsize=1024)
+def plan(shape: tuple[int, ...], const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int,
+         extra: float, unbiased: bool, eps: float | None, layer: bool) -> Plan:
+    """The launch plan of features of ``shape`` ``(G, B, C, *spatial)`` and a map (:func:`forward`'s
+    arguments; ``eps`` ``None`` for the backward's, which has no ``EPS``). Blocks: a ``BLOCK_B x BLOCK_N``
+    tile of at most :data:`TILE` elements (at least :data:`MIN_BLOCK` lanes a row), warps by tile size, and
+    fused multiply-adds (as ATen's CUDA kernels; Triton's default for them is changing, so it is fixed
+    here). The divisors of Eq. 2's and Eq. 3's variances: ``denom_n``, ``denom_b``."""
+    g, b, c = shape[:3]
+    n = math.prod(shape[3:])
+    block_b = triton.next_power_of_2(b)
     block_n = max(MIN_BLOCK, min(triton.next_power_of_2(n), TILE // block_b))
-    return {"BLOCK_B": block_b, "BLOCK_N": block_n, "num_warps": max(1, min(8, block_b * block_n // 512)),
-            "enable_fp_fusion": True}
+    constants: dict[str, float | int | bool] = {} if eps is None else {"EPS": eps}
+    constants.update(LAYER=layer, EXTRA=0.0 if fixed else extra, SHIFT=shift, CONST=0.0 if const is None else const,
+                     CONST_PARAM=const is not None, FIXED=fixed, STD=std_scale, BLOCK_B=block_b, BLOCK_N=block_n,
+                     num_warps=max(1, min(8, block_b * block_n // 512)), enable_fp_fusion=True)
+    return Plan((c, g), b, c, n, n - 1 if unbiased and n > 1 else n, max(b - correction, 1), (g, 4, b, c), constants)
 
 
-def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
-    """Triton launches on the current CUDA device: make it ``x``'s (the interpreter's CPU tensors need none)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
-def _denoms(x: Tensor, correction: int, unbiased: bool) -> tuple[int, int, int]:
-    """``(N, denom_n, denom_b)``: positions per row and the divisors of Eq. 2's and Eq. 3's variances."""
-    b, n = x.shape[1], math.prod(x.shape[3:])
-    return n, (n - 1 if unbiased and n > 1 else n), max(b - correction, 1)
-
-
-def _map_constants(const: float | None, shift: float, fixed: bool, std_scale: bool, extra: float) -> dict:
-    """The channel map's compile-time constants (``extra`` only where a batch variance is formed)."""
-    return {"EXTRA": 0.0 if fixed else extra, "SHIFT": shift, "CONST": 0.0 if const is None else const,
-            "CONST_PARAM": const is not None, "FIXED": fixed, "STD": std_scale}
+def _launch(kernel: JITFunction | InterpretedFunction, grid: tuple[int, int], x: Tensor, args: tuple, constants: dict) -> None:
+    """``kernel[grid](*args, **constants)`` on ``x``'s device: Triton launches on the current CUDA device,
+    which becomes ``x``'s for the launch (the interpreter's CPU tensors need none)."""
+    if not x.is_cuda:
+        kernel[grid](*args, **constants)
+        return
+    previous = torch.cuda._exchange_device(x.get_device())
+    try:
+        kernel[grid](*args, **constants)
+    finally:
+        torch.cuda._maybe_exchange_device(previous)
 
 
 def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor | None, ema: Tensor | None,
             running_mean: Tensor | None, running_std: Tensor | None, k_mu: Tensor | None, k_sigma: Tensor | None, *,
             p: float, const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int,
-            extra: float, eps: float, unbiased: bool) -> tuple[Tensor, Tensor, Tensor]:
+            extra: float, eps: float, unbiased: bool, grouped: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """Launch :func:`_ffa_forward` once for a group of clients.
 
     Args:
@@ -313,36 +333,38 @@ def forward(x: Tensor, noise: Tensor | None, seed: Tensor | None, offset: Tensor
             ``shift`` is added; ``None`` with ``const``: that value for every channel.
         p: the coin's probability (the layer's path). const, shift, fixed, std_scale, correction,
             extra, eps, unbiased: the map (:func:`fedaug.layers.triton_op.ffa_restyle`).
+        grouped: ``False``: one client (G = 1) and no tensor has the group dimension (``x`` ``(B, C,
+            *spatial)``, ``seed`` ``()``, ``ema`` ``(2,)``, ...: the same memory), nor has ``y``.
 
     Returns:
         ``(y, saved, use)``: ``y`` like ``x``; ``saved`` ``(G, 4, B, C)`` (mu, sigma, noise_mu,
         noise_sigma), float64 for float64 ``x``, else float32; ``use`` ``(G,)`` in that dtype, 1 where
         the coin won (ones without the layer's path).
     """
-    g, b, c = x.shape[:3]
-    n, denom_n, denom_b = _denoms(x, correction, unbiased)
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     layer = noise is None
+    at = plan(x.shape if grouped else (1, *x.shape), const, shift, fixed, std_scale, correction, extra, unbiased, eps,
+              layer)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = torch.empty_like(x)
-    saved = x.new_empty((g, 4, b, c), dtype=acc)
-    use = x.new_empty((g,), dtype=acc) if layer else x.new_ones((g,), dtype=acc)
-    with _on_device(x):
-        _ffa_forward[(c, g)](x, y, saved, use, x if layer else noise, *(x if t is None else t for t in (
-            seed, offset, ema, running_mean, running_std, k_mu, k_sigma)), b, c, n, float(p), denom_n, denom_b,
-            EPS=eps, LAYER=layer, **_map_constants(const, shift, fixed, std_scale, extra), **_blocks(b, n))
+    saved = x.new_empty(at.saved, dtype=acc)
+    use = x.new_empty(at.grid[1:], dtype=acc) if layer else x.new_ones(at.grid[1:], dtype=acc)
+    _launch(_ffa_forward, at.grid, x, (
+        x, y, saved, use, x if layer else noise, x if seed is None else seed, x if offset is None else offset,
+        x if ema is None else ema, x if running_mean is None else running_mean,
+        x if running_std is None else running_std, x if k_mu is None else k_mu, x if k_sigma is None else k_sigma,
+        at.b, at.c, at.n, float(p), at.denom_n, at.denom_b), at.constants)
     return y, saved, use
 
 
 def backward(grad: Tensor, x: Tensor, saved: Tensor, use: Tensor, k_mu: Tensor | None, k_sigma: Tensor | None, *,
              const: float | None, shift: float, fixed: bool, std_scale: bool, correction: int, extra: float,
-             unbiased: bool, layer: bool) -> Tensor:
+             unbiased: bool, layer: bool, grouped: bool = True) -> Tensor:
     """Launch :func:`_ffa_backward` once: ``dL/dx`` like ``x`` from ``grad`` ``(G, B, C, *spatial)``
     (contiguous) and what :func:`forward` returned; arguments as there."""
-    g, b, c = x.shape[:3]
-    n, denom_n, denom_b = _denoms(x, correction, unbiased)
+    at = plan(x.shape if grouped else (1, *x.shape), const, shift, fixed, std_scale, correction, extra, unbiased, None,
+              layer)
     gx = torch.empty_like(x)
-    with _on_device(x):
-        _ffa_backward[(c, g)](grad, x, saved, use, x if k_mu is None else k_mu, x if k_sigma is None else k_sigma,
-                              gx, b, c, n, denom_n, denom_b, LAYER=layer,
-                              **_map_constants(const, shift, fixed, std_scale, extra), **_blocks(b, n))
+    _launch(_ffa_backward, at.grid, x, (grad, x, saved, use, x if k_mu is None else k_mu,
+                                        x if k_sigma is None else k_sigma, gx, at.b, at.c, at.n, at.denom_n,
+                                        at.denom_b), at.constants)
     return gx

@@ -20,11 +20,11 @@ noise behind :func:`fedaug.layers.functional.restyle` (``kernel="on"`` on CUDA, 
 with the compiled CPU kernel's arguments.
 """
 
+import functools
 from typing import NamedTuple, Optional  # Optional: custom_op reads the operators' schemas from these hints
 
 import torch
 from torch import Tensor
-from torch._functorch.utils import unwrap_dead_wrappers
 from torch.autograd.function import once_differentiable
 
 from fedaug.core.runtime import untraced
@@ -34,7 +34,9 @@ __all__ = ["ffa_restyle", "ffa_train"]
 
 
 class _Options(NamedTuple):
-    """The map's options (:func:`ffa_train`); ``layer``: the layer's path (draws, running statistics)."""
+    """The map's options (:func:`ffa_train`); ``layer``: the layer's path (draws, running statistics);
+    ``single``: one client's tensors without the group dimension (G = 1: :func:`ffa_train`'s eager call,
+    which so takes no view of ``x`` that autograd would record, nor of the layer's buffers)."""
 
     p: float
     const: Optional[float]
@@ -46,6 +48,11 @@ class _Options(NamedTuple):
     eps: float
     unbiased: bool
     layer: bool
+    single: bool
+
+
+#: :class:`_Options`, one instance per set of values (a cache hit builds nothing)
+_options = functools.lru_cache(maxsize=256)(_Options)
 
 
 @torch.library.custom_op("fedaug_triton::ffa_forward", mutates_args=("offset", "ema", "running_mean", "running_std"))
@@ -97,15 +104,19 @@ class _FFA(torch.autograd.Function):
         for name, t in zip(_WRITTEN, (offset, ema, running_mean, running_std)):
             if t is not None and not t.is_contiguous():
                 raise ValueError(f"the FFA layer's {name} must be contiguous: the kernel updates it in place")
-        read = [None if t is None else t.contiguous() for t in (x, noise, seed, k_mu, k_sigma)]
-        tensors = (read[0], read[1], read[2], offset, ema, running_mean, running_std, read[3], read[4])
-        if untraced():
-            return triton_ffa.forward(*tensors, p=opts.p, const=opts.const, shift=opts.shift, fixed=opts.fixed,
-                                      std_scale=opts.std_scale, correction=opts.correction, extra=opts.extra,
-                                      eps=opts.eps, unbiased=opts.unbiased)
-        return torch.ops.fedaug_triton.ffa_forward(*tensors, opts.p, opts.const, opts.shift, opts.fixed,
-                                                   opts.std_scale, opts.correction, opts.extra, opts.eps,
-                                                   opts.unbiased)
+        x = x.contiguous()
+        noise = None if noise is None else noise.contiguous()
+        seed = None if seed is None else seed.contiguous()
+        k_mu = None if k_mu is None else k_mu.contiguous()
+        k_sigma = None if k_sigma is None else k_sigma.contiguous()
+        if opts.single or untraced():  # (single: only where ffa_train found nothing traced)
+            return triton_ffa.forward(x, noise, seed, offset, ema, running_mean, running_std, k_mu, k_sigma, p=opts.p,
+                                      const=opts.const, shift=opts.shift, fixed=opts.fixed, std_scale=opts.std_scale,
+                                      correction=opts.correction, extra=opts.extra, eps=opts.eps,
+                                      unbiased=opts.unbiased, grouped=not opts.single)
+        return torch.ops.fedaug_triton.ffa_forward(x, noise, seed, offset, ema, running_mean, running_std, k_mu,
+                                                   k_sigma, opts.p, opts.const, opts.shift, opts.fixed, opts.std_scale,
+                                                   opts.correction, opts.extra, opts.eps, opts.unbiased)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:  # type: ignore[override]
@@ -117,20 +128,12 @@ class _FFA(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # no zero-filled gradients of saved and use: no launch for them
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor, _saved: Tensor, _use: Tensor):  # type: ignore[override]
         if grad is None:  # y unused (gradients are not materialised): a zero gradient, no launch
             return None, *([None] * 9)
-        x, saved, use, k_mu, k_sigma = ctx.saved_tensors
-        o = ctx.opts
-        tensors = (grad.contiguous(), x.contiguous(), saved, use, k_mu, k_sigma)
-        if untraced():
-            gx = triton_ffa.backward(*tensors, const=o.const, shift=o.shift, fixed=o.fixed, std_scale=o.std_scale,
-                                     correction=o.correction, extra=o.extra, unbiased=o.unbiased, layer=o.layer)
-        else:
-            gx = torch.ops.fedaug_triton.ffa_backward(*tensors, o.const, o.shift, o.fixed, o.std_scale, o.correction,
-                                                      o.extra, o.unbiased, o.layer)
-        return gx, *([None] * 9)
+        if torch.is_grad_enabled():  # create_graph: a result that fails if differentiated again
+            return _backward_once(ctx, grad)
+        return _backward(ctx, grad)
 
     @staticmethod
     def vmap(info, in_dims, *args):  # type: ignore[override]
@@ -154,14 +157,44 @@ class _FFA(torch.autograd.Function):
         return tuple(o.unflatten(0, (size, -1)) for o in out), (0, 0, 0)
 
 
+def _backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+    """:meth:`_FFA.backward` of a ``grad`` that is not ``None``: one launch of the backward kernel."""
+    x, saved, use, k_mu, k_sigma = ctx.saved_tensors
+    o = ctx.opts
+    grad, x = grad.contiguous(), x.contiguous()
+    if untraced():
+        gx = triton_ffa.backward(grad, x, saved, use, k_mu, k_sigma, const=o.const, shift=o.shift, fixed=o.fixed,
+                                 std_scale=o.std_scale, correction=o.correction, extra=o.extra, unbiased=o.unbiased,
+                                 layer=o.layer, grouped=not o.single)
+    elif o.single:  # an eager forward's backward traced: the operator's grouped tensors
+        k_mu, k_sigma = (None if k is None else k.unsqueeze(0) for k in (k_mu, k_sigma))
+        gx = torch.ops.fedaug_triton.ffa_backward(grad.unsqueeze(0), x.unsqueeze(0), saved, use, k_mu, k_sigma,
+                                                  o.const, o.shift, o.fixed, o.std_scale, o.correction, o.extra,
+                                                  o.unbiased, o.layer).squeeze(0)
+    else:
+        gx = torch.ops.fedaug_triton.ffa_backward(grad, x, saved, use, k_mu, k_sigma, o.const, o.shift, o.fixed,
+                                                  o.std_scale, o.correction, o.extra, o.unbiased, o.layer)
+    return gx, *([None] * 9)
+
+
+#: :func:`_backward` where the backward itself is differentiated (``create_graph``): its result raises if
+#: differentiated again (the plain backward runs with gradients off, and skips ``once_differentiable``'s
+#: no-grad context: a few microseconds a call)
+_backward_once = once_differentiable(_backward)
+#: ``torch.autograd.Function``'s base ``apply`` (C++) bound to :class:`_FFA`
+_BASE_APPLY = super(torch.autograd.Function, _FFA).apply  # type: ignore[misc]
+
+
 def _apply(*args: object) -> tuple[Tensor, Tensor, Tensor]:
     """``_FFA.apply(*args)`` with every argument given positionally. Outside functorch transforms (vmap) this
     is the base class's ``apply``, which ``Function.apply`` calls after binding the arguments to ``forward``'s
-    signature (``inspect``, ~80 us a call on this host, for nothing when every argument is given); under a
-    transform, ``_FFA.apply`` itself."""
+    signature (``inspect``, ~80 us a call on this host, for nothing when every argument is given) and
+    unwrapping dead functorch wrappers (every tensor here is a view just taken by :func:`ffa_train` or
+    :func:`ffa_restyle`, and an operator on a dead wrapper already returns a plain tensor or raises);
+    under a transform, ``_FFA.apply`` itself."""
     if torch._C._are_functorch_transforms_active():
         return _FFA.apply(*args)
-    return super(torch.autograd.Function, _FFA).apply(*unwrap_dead_wrappers(args))  # type: ignore[misc]
+    return _BASE_APPLY(*args)
 
 
 def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean: Tensor, running_std: Tensor,
@@ -197,10 +230,13 @@ def ffa_train(x: Tensor, seed: Tensor, offset: Tensor, ema: Tensor, running_mean
     if 1 + x.shape[0] * x.shape[1] > triton_ffa.COUNTERS:
         raise ValueError(f"FFA layer: a batch of {x.shape[0]} x {x.shape[1]} channels needs more than "
                          f"{triton_ffa.COUNTERS} random numbers per forward; split the batch")
-    opts = _Options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True)
-    k = [None if t is None else t.unsqueeze(0) for t in (k_mu, k_sigma)]
+    if untraced() and not torch._C._are_functorch_transforms_active():  # one client, eagerly: no group dimension
+        return _BASE_APPLY(x, None, seed, offset, ema, running_mean, running_std, k_mu, k_sigma,
+                           _options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True, True))[0]
+    opts = _options(p, const, shift, fixed, std_scale, correction, extra, eps, unbiased, True, False)
     y, _, _ = _apply(x.unsqueeze(0), None, seed.reshape(1), offset.reshape(1), ema.unsqueeze(0),
-                         running_mean.unsqueeze(0), running_std.unsqueeze(0), k[0], k[1], opts)
+                     running_mean.unsqueeze(0), running_std.unsqueeze(0), None if k_mu is None else k_mu.unsqueeze(0),
+                     None if k_sigma is None else k_sigma.unsqueeze(0), opts)
     return y.squeeze(0)
 
 
@@ -226,7 +262,7 @@ def ffa_restyle(x: Tensor, noise: Tensor, param: Tensor, fixed: bool, std_scale:
         ``(y, z)``: ``y`` like ``x``, differentiable w.r.t. ``x`` (once); ``z`` ``(2, B, C)`` the
         statistics ``(mu, sigma)`` (Eq. 2), not differentiable.
     """
-    opts = _Options(1.0, None, 0.0, fixed, std_scale, correction, extra, eps, unbiased, False)
-    y, saved, _ = _apply(x.unsqueeze(0), noise.unsqueeze(0), None, None, None, None, None, param[0:1],
-                             param[1:2], opts)
+    opts = _options(1.0, None, 0.0, fixed, std_scale, correction, extra, eps, unbiased, False, False)
+    y, saved, _ = _apply(x.unsqueeze(0), noise.unsqueeze(0), None, None, None, None, None, param[0:1], param[1:2],
+                         opts)
     return y.squeeze(0), saved[0, :2]
