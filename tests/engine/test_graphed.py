@@ -293,9 +293,11 @@ def test_auto_with_grouped_clients_leaves_the_reasons_to_the_grouping_notice(cud
         "hooks) cannot train grouped"]
 
 
-@pytest.mark.parametrize(("group", "execution"), [(1, "captured"), (2, "grouped captured")])
-def test_the_summary_records_the_execution_that_ran(cuda_model, group, execution):
-    sim = build_simulation(config("fedavg", group))
+@pytest.mark.parametrize(("group", "packed", "execution"), [
+    (1, False, "captured"), (2, False, "grouped captured"), (1, True, "packed captured")])
+def test_the_summary_records_the_execution_that_ran(cuda_model, group, packed, execution):
+    trainer = (lambda worker, r, lr, jobs: []) if packed else None  # a pack's slot (never called here)
+    sim = build_simulation(config("fedavg", group), trainer=trainer)
     assert sim._environment()["execution"] == execution
     assert isinstance(sim.fleet.worker.group_graphs, GroupGraphs)
 
