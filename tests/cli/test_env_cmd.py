@@ -21,3 +21,21 @@ def test_env_prints_the_report_as_text_and_json(capsys):
     assert main(["doctor", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert list(report) == list(installation()) and report["cpu"] == installation()["cpu"]
+
+
+def test_env_says_what_the_default_settings_do_here(capsys, monkeypatch):
+    from fedaug.cli.env_cmd import render
+    from fedaug.engine.records import installation as inst
+
+    report = installation()
+    if not torch.cuda.is_available():
+        assert report["defaults"] == {"device": "cpu", "steps": "eager", "data": "host", "data_budget_gib": None}
+        assert "\ndefaults here: device auto = cpu; steps eager (train.cuda_graph = auto); data on the host\n" in \
+            render(report)
+    # a machine with a GPU (faked: 10 GiB free), whose budget for the data is half of it
+    monkeypatch.setattr(inst, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(inst, "free_memory", lambda device: 10 * 2**30)
+    gpu = {**report, "defaults": inst.defaults_here()}
+    assert ("\ndefaults here: device auto = cuda:0; steps captured where the method can be captured, else eager "
+            "(train.cuda_graph = auto); data on the device where it fits the budget, else host (data.on_device = "
+            "auto: up to 5.0 GiB now)\n") in render(gpu)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from fedaug.core import device as dev
-from fedaug.core.device import (available_devices, check_fits, check_precision, environment, resolve_device,
-                                to_device)
+from fedaug.core.device import (available_devices, check_fits, check_precision, data_on_device, environment,
+                                resolve_device, to_device)
 from fedaug.core.errors import ConfigError
 
 
@@ -122,6 +124,36 @@ def test_check_fits_refuses_with_the_estimate(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ConfigError, match=r"data needs an estimated 3\.0 MiB on cpu, but only 1\.0 MiB are free; "
                                           r"set data\.on_device=false"):
         check_fits(3 * 2**20, cpu, "data")
+
+
+MIB = 2**20
+GPU = torch.device("cuda", 0)  # never touched: its free memory is faked
+
+
+def test_auto_keeps_data_on_a_cuda_device_within_half_its_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dev, "free_memory", lambda d: 100 * MIB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no notice where it fits
+        assert data_on_device("auto", 50 * MIB, GPU) is True  # DATA_BUDGET of the free memory, exactly
+        assert data_on_device(False, 1, GPU) is False
+        assert data_on_device(True, 99 * MIB, GPU) is True  # true keeps what fits at all
+    with pytest.warns(UserWarning) as caught:
+        assert data_on_device("auto", 50 * MIB + 2**17, GPU) is False
+    assert [str(w.message) for w in caught] == [
+        "data.on_device=auto: the clients' data (50.1 MiB) stays on the host in pinned memory, since it would take "
+        "more than 50% of the 100.0 MiB free on cuda:0; each client's data moves to the device when it runs "
+        "(data.on_device=true keeps it there where it fits at all)"]
+    with pytest.raises(ConfigError, match=r"^data\.on_device=true \(every client's splits\) needs an estimated "
+                                          r"101\.0 MiB on cuda:0, but only 100\.0 MiB are free"):
+        data_on_device(True, 101 * MIB, GPU)
+
+
+def test_auto_on_another_device_keeps_data_on_the_host_without_asking_its_memory(monkeypatch) -> None:
+    monkeypatch.setattr(dev, "free_memory", lambda d: pytest.fail("asked for the free memory"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for device in (torch.device("cpu"), torch.device("mps")):
+            assert data_on_device("auto", 10**15, device) is False
 
 
 def test_environment_names_device_precision_and_versions() -> None:

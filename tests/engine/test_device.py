@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,8 @@ from fedaug.config.schema import validate
 from fedaug.core import device as dev
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import deterministic_algorithms
+from fedaug.data.base import ClientData
+from fedaug.engine.fleet.inprocess import InProcessFleet
 from fedaug.engine.run import build_simulation, run_experiment
 from tests.conftest import tiny_raw
 from tests.engine.replay import cases as replay_cases
@@ -136,6 +139,35 @@ def test_resident_data_that_does_not_fit_is_refused_with_the_estimate(monkeypatc
         build_simulation(cfg)
 
 
+def test_each_run_of_a_pack_keeps_its_data_on_the_device_within_the_memory_the_runs_before_it_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``data.on_device = "auto"`` on a CUDA worker (faked: the copies to the device and into pinned memory only take
+    note, and the free memory is what the copies before left): a fleet reads the free memory when it is built, as a
+    pack builds its runs' fleets one after another, so the first runs' data goes to the device and a run whose data
+    would pass the budget keeps it on the host, pinned, after one notice."""
+    sim = build_simulation(validate(tiny_raw(rounds=1)))
+    data, worker = sim.data, sim.fleet.worker
+    need = sum(c.nbytes for c in data.clients)
+    left, moved, pinned = [3 * need], [], []
+
+    def to(client, device, non_blocking=False):
+        left[0] -= client.nbytes
+        moved.append(client.name)
+        return client
+
+    monkeypatch.setattr(dev, "free_memory", lambda d: left[0])
+    monkeypatch.setattr(ClientData, "to", to)
+    monkeypatch.setattr(ClientData, "pin_memory", lambda client: pinned.append(client.name) or client)
+    monkeypatch.setattr(worker, "device", torch.device("cuda", 0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fleets = [InProcessFleet(worker, data, on_device="auto") for _ in range(3)]  # budgets: 1.5, 1, 0.5 x need
+    assert [f.data_on_device for f in fleets] == [True, True, False]
+    names = [c.name for c in data.clients]
+    assert moved == names * 2 and pinned == names
+    assert [str(w.message).split(" (")[0] for w in caught] == ["data.on_device=auto: the clients' data"]
+
+
 def test_summary_records_the_environment(tmp_path) -> None:
     raw = tiny_raw(rounds=1)
     raw.update(out_dir=str(tmp_path), precision="bf16-mixed")
@@ -144,7 +176,10 @@ def test_summary_records_the_environment(tmp_path) -> None:
     assert env["device"] == str(dev.resolve_device("auto")) and env["precision"] == "bf16-mixed"
     assert env["torch"] == torch.__version__ and "cudnn" in env and env["deterministic"] is False
     assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["threads"] >= 1
-    assert 'device = "auto"' in (run_dir.path / "config.toml").read_text()  # resolved again on resume
+    if not torch.cuda.is_available():  # "auto" steps eagerly, and keeps the data where it is, on a CPU
+        assert (env["execution"], env["data"]) == ("eager", "host")
+    text = (run_dir.path / "config.toml").read_text()
+    assert 'device = "auto"' in text and 'cuda_graph = "auto"' in text  # resolved again on resume
 
 
 def test_checkpoints_hold_cpu_tensors(tmp_path) -> None:

@@ -24,13 +24,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from fedaug.config.schema import TrainConfig, validate
+from fedaug.config.schema import RunConfig, TrainConfig, choice_text, validate
 from fedaug.core.errors import ConfigError
 from fedaug.data.registry import load_dataset
 from fedaug.engine.client import graphed
 from fedaug.engine.client.capture import CudaGraphs, TracedCapture
 from fedaug.engine.client.graphed import (GraphedSteps, copy_state_, graph_key, graphed_steps,
                                           reset_optimizer_state_)
+from fedaug.engine.client.grouped_graphs import GroupGraphs
 from fedaug.engine.client.step import StepInputs, step_blocker, step_blockers
 from fedaug.engine.run import Simulation, build_simulation
 from fedaug.methods.aug.fedfa import FedFA
@@ -231,30 +232,86 @@ def cuda_model(monkeypatch) -> None:
     monkeypatch.setattr(graphed, "module_device", lambda model: torch.device("cuda", 0))
 
 
-#: the notice of a recipe that cannot be captured (moon has no step forms; fedfa could be)
-NOTICE = ("train.cuda_graph=true: clients train eagerly, since 'moon' (it has no grouped form of its client hooks) "
+#: the notice of a recipe that cannot be captured (moon has no step forms; fedfa could be), per train.cuda_graph
+NOTICE = ("train.cuda_graph={}: clients train eagerly, since 'moon' (it has no grouped form of its client hooks) "
           "cannot be captured")
 
 
-def test_a_recipe_that_cannot_be_captured_trains_eagerly_after_one_notice(cuda_model):
+def with_train(raw: dict[str, Any], **train: Any) -> RunConfig:
+    """``raw`` with ``train`` options changed, validated."""
+    return validate({**raw, "train": {**raw["train"], **train}})
+
+
+def cuda_graph_notices(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "cuda_graph" in str(w.message)]
+
+
+@pytest.mark.parametrize("mode", [True, "auto"])
+def test_a_recipe_that_cannot_be_captured_trains_eagerly_after_one_notice(cuda_model, mode):
     raw = {**config("moon", 1, rounds=2).to_dict(), "method": {"base": "moon", "augs": ["fedfa"],
                                                               "options": {"fedfa": {"kernel": "off"}}}}
-    want = records(build_simulation(validate(raw)), 2)
+    want = records(build_simulation(with_train(raw, cuda_graph=False)), 2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sim = build_simulation(validate({**raw, "train": {**raw["train"], "cuda_graph": True}}))
+        sim = build_simulation(with_train(raw, cuda_graph=mode))
         got = records(sim, 2)
-    assert [str(w.message) for w in caught if "cuda_graph" in str(w.message)] == [NOTICE]
-    assert sim.fleet.worker.graphs is None
+    assert cuda_graph_notices(caught) == [NOTICE.format(choice_text(mode))]
+    assert sim.fleet.worker.graphs is None and sim._environment()["execution"] == "eager"
     assert got == want  # today's engine, bit for bit
 
 
-def test_a_recipe_in_scope_gets_graphed_steps_with_a_cuda_capture(cuda_model):
+def test_auto_on_a_cuda_worker_captures_a_recipe_that_can_be_captured(cuda_model):
     raw = config("scaffold", 1).to_dict()
-    sim = build_simulation(validate({**raw, "train": {**raw["train"], "cuda_graph": True}}))
-    assert isinstance(sim.fleet.worker.graphs, GraphedSteps)
-    assert isinstance(sim.fleet.worker.graphs.capture, CudaGraphs)
-    assert graphed_steps(TrainConfig(), sim.recipe, sim.fleet.worker.model) is None  # off by default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no notice
+        auto = build_simulation(validate(raw)).fleet.worker.graphs  # the default: train.cuda_graph = "auto"
+    strict = build_simulation(with_train(raw, cuda_graph=True)).fleet.worker.graphs
+    for graphs, is_strict in ((auto, False), (strict, True)):
+        assert isinstance(graphs, GraphedSteps) and isinstance(graphs.capture, CudaGraphs)
+        assert graphs.strict is is_strict
+    assert graphed_steps(TrainConfig(cuda_graph=False), strict.recipe, strict.model) is None  # never
+
+
+def test_auto_at_a_mixed_precision_on_a_cuda_worker_trains_eagerly_after_one_notice(cuda_model):
+    raw = {**config("fedavg", 1).to_dict(), "precision": "bf16-mixed"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim = build_simulation(validate(raw))
+    assert sim.fleet.worker.graphs is None
+    assert cuda_graph_notices(caught) == ["train.cuda_graph=auto: clients train eagerly, since a step at precision "
+                                          "'bf16-mixed' (captured steps train in float32) cannot be captured"]
+
+
+def test_auto_with_grouped_clients_leaves_the_reasons_to_the_grouping_notice(cuda_model):
+    raw = {**config("moon", 2).to_dict(), "method": {"base": "moon"}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim = build_simulation(validate(raw))
+    assert sim.fleet.worker.graphs is None and sim.fleet.group_size == 1
+    assert [str(w.message) for w in caught if "train." in str(w.message)] == [
+        "train.group_clients=2: clients train one at a time, since 'moon' (it has no grouped form of its client "
+        "hooks) cannot train grouped"]
+
+
+@pytest.mark.parametrize(("group", "packed", "execution"), [
+    (1, False, "captured"), (2, False, "grouped captured"), (1, True, "packed captured")])
+def test_the_summary_records_the_execution_that_ran(cuda_model, group, packed, execution):
+    trainer = (lambda worker, r, lr, jobs: []) if packed else None  # a pack's slot (never called here)
+    sim = build_simulation(config("fedavg", group), trainer=trainer)
+    assert sim._environment()["execution"] == execution
+    assert isinstance(sim.fleet.worker.group_graphs, GroupGraphs)
+
+
+@pytest.mark.parametrize(("group", "execution"), [(1, "eager"), (2, "grouped")])
+def test_auto_on_the_cpu_trains_eagerly_without_a_notice_as_false_does(group, execution):
+    raw = config("fedavg", group, rounds=2).to_dict()
+    want = records(build_simulation(with_train(raw, cuda_graph=False)), 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim = build_simulation(validate(raw))
+        assert sim.cfg.train.cuda_graph == "auto" and sim.fleet.worker.graphs is None
+        assert records(sim, 2) == want
+    assert sim._environment()["execution"] == execution and sim._environment()["data"] == "host"
 
 
 def test_cuda_graph_on_a_device_that_auto_resolves_to_the_cpu_is_refused():
@@ -267,10 +324,15 @@ def test_cuda_graph_on_a_device_that_auto_resolves_to_the_cpu_is_refused():
         build_simulation(validate(raw))
 
 
+def noisy(module: nn.Module, inputs: Any, out: Tensor) -> Tensor:
+    """A forward hook that draws from the global random stream in training (not a Dropout module, so no blocker sees
+    it); in evaluation, which draws from no seeded stream, it is the identity."""
+    return out + 1e-3 * torch.randn_like(out) if module.training else out
+
+
 def test_a_step_that_draws_from_the_global_random_stream_is_refused_when_captured():
     sim = build_simulation(config("fedavg", 1, rounds=1))
     graph(sim)
-    noisy = lambda module, inputs, out: out + 1e-3 * torch.randn_like(out)  # noqa: E731  (not a Dropout module)
     sim.fleet.worker.model.register_forward_hook(noisy)
     with pytest.raises(ConfigError, match=r"^train\.cuda_graph=true: a training step of this model draws from the "
                                           r"global random stream \(a random layer other than dropout\), which a "
@@ -279,8 +341,31 @@ def test_a_step_that_draws_from_the_global_random_stream_is_refused_when_capture
         records(sim, 1)
 
 
+def test_auto_trains_eagerly_from_a_step_refused_when_first_captured_after_one_notice():
+    """``"auto"``'s graphs (not strict): the refused capture is undone (the warm-up's weights and draws), the client
+    goes on with eager steps and every later client trains eagerly: the records of eager training, bit for bit."""
+    def noisy_sim() -> Simulation:
+        sim = build_simulation(config("fedavg", 1, rounds=2))
+        sim.fleet.worker.model.register_forward_hook(noisy)
+        return sim
+
+    want = records(noisy_sim(), 2)
+    sim = noisy_sim()
+    worker = sim.fleet.worker
+    worker.graphs = GraphedSteps(worker.recipe, worker.model, worker.cfg.train, TracedCapture(), strict=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = records(sim, 2)
+    assert cuda_graph_notices(caught) == [
+        "train.cuda_graph=auto: clients train eagerly, since a training step of this model draws from the global "
+        "random stream (a random layer other than dropout), which a captured step would replay with other numbers"]
+    assert worker.graphs is None and worker.group_graphs is None and sim._environment()["execution"] == "eager"
+    assert got == want
+
+
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"train": {"cuda_graph": 1}}, r"'train\.cuda_graph' must be true or false, got 1"),
+    ({"train": {"cuda_graph": 1}}, r"'train\.cuda_graph' must be one of true, false, auto, got 1"),
+    ({"train": {"cuda_graph": "on"}}, r"'train\.cuda_graph' must be one of true, false, auto, got 'on'"),
     ({"device": "cpu"}, r"'train\.cuda_graph' = true captures CUDA graphs, got device = 'cpu': set device = 'cuda' "
                         r"or train\.cuda_graph = false"),
     ({"devices": ["cuda:0", "mps"]}, r"'train\.cuda_graph' = true captures CUDA graphs, got devices\[1\] = 'mps': "

@@ -143,3 +143,15 @@ def test_server_rules_and_input_augmentations_share_one_batched_group(monkeypatc
     monkeypatch.undo()
     for cfg, run in zip(cfgs, got):
         assert_close_trees(run, records(build_simulation(cfg), 3), METHODS["fedavg"][3])
+
+
+def test_runs_in_a_pack_record_their_execution_as_packed():
+    """The summary's ``environment`` of each run of a pack (on the CPU: eager groups, data on the host)."""
+    def environment(slot: Any, cfg: RunConfig) -> tuple[str, str]:
+        sim = build_simulation(cfg, trainer=slot.train)
+        records(sim, 1)
+        env = sim._environment()
+        return env["execution"], env["data"]
+
+    cfgs = [dataclasses.replace(config("fedavg", 1, rounds=1), seed=s, device="cpu") for s in (7, 8)]
+    assert Pack().run([lambda slot, c=c: environment(slot, c) for c in cfgs]) == [("packed", "host")] * 2

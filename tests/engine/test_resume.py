@@ -17,7 +17,7 @@ from fedaug.core.errors import CheckpointError, ConfigError
 from fedaug.core.serialize import load_tensors, save_tensors
 from fedaug.engine.records.rundir import RunDir
 from fedaug.engine.records.runlock import LOCK
-from fedaug.engine.run import resume_experiment, run_experiment
+from fedaug.engine.run import ready_to_resume, resume_experiment, run_experiment
 from tests.conftest import tiny_raw
 from tests.engine.runs import kill_and_resume
 from tests.engine.test_runlock import holder
@@ -250,6 +250,30 @@ def test_a_run_from_before_a_default_changed_resumes_with_the_value_it_ran_with(
     default["out_dir"] = str(tmp_path / "default")
     _, run = run_experiment(validate(default), quiet=True)
     assert read_toml(run.path / "config.toml")["method"]["options"]["vfda"] == {"kernel": "off", "noise_scale": "std"}
+
+
+@pytest.mark.parametrize("kept", ["false", "absent"])
+def test_a_run_from_before_the_auto_defaults_resumes_with_false_to_the_uninterrupted_numbers(tmp_path, kept):
+    """train.cuda_graph and data.on_device became "auto": a run written before holds them false in its config.toml
+    and checkpoints, or, older, not at all (it ran with false); either resumes with false (on CUDA too: the steps it
+    began with) to the numbers of the run not interrupted."""
+    raw = tiny_raw(rounds=3, cuda_graph=False)
+    raw["data"]["on_device"] = False
+    full, part = interrupted(tmp_path, raw, 2)
+    if kept == "absent":
+        stored = read_toml(part / "config.toml")
+        del stored["train"]["cuda_graph"], stored["data"]["on_device"]
+        (part / "config.toml").write_text(dump_toml(stored))
+        for ckpt in (part / "checkpoints").glob("*.pt"):
+            payload = load_tensors(ckpt)
+            del payload["config"]["train"]["cuda_graph"], payload["config"]["data"]["on_device"]
+            save_tensors(ckpt, payload)
+    _, cfg, sim = ready_to_resume(RunDir(part))
+    sim.close()
+    assert (cfg.train.cuda_graph, cfg.data.on_device) == (False, False)
+    resume_experiment(str(part), quiet=True)
+    assert comparable(part) == comparable(full)
+    assert summary_numbers(part) == summary_numbers(full)
 
 
 def test_resume_warns_when_the_checkpoint_was_written_on_other_cpu_kernels(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from fedaug.config.schema import validate
 from fedaug.report.packing import plan_packs, step_key
@@ -35,14 +36,18 @@ def key(**changes: Any) -> str:
     {"data.options": {"num_clients": 5, "samples_per_client": 20, "num_classes": 4, "size": 8}},
     {"eval.every": 3}, {"method.base": "fedavgm"}, {"method.base": "fedbn"}, {"method.augs": ["fedrdn"]},
     {"method.options": {"fedavg": {"clip_norm": 1.0, "clip_at": "client"}}},
+    {"train.cuda_graph": False},  # "auto" steps eagerly on this CPU, as false does
+    {"data.on_device": True}, {"data.on_device": False},  # placement
 ])
-def test_what_may_differ_within_a_pack(changes):
+def test_what_may_differ_within_a_pack(changes, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # where "auto" resolves: a machine without CUDA
     assert key(**changes) == key()
 
 
 @pytest.mark.parametrize("changes", [
     {"method.base": "fedprox"}, {"method.augs": ["fedfa"]}, {"method.base": "scaffold"},
     {"model.options": {"width": 16}}, {"precision": "bf16-mixed"}, {"threads": 1}, {"deterministic": True},
+    {"train.cuda_graph": True},  # captured steps
 ])
 def test_what_separates_packs(changes):
     assert key(**changes) != key()

@@ -8,14 +8,19 @@ import shutil
 import subprocess
 import sys
 
-import pytest
+from pathlib import Path
 
-from fedaug.config.load import dump_toml, read_toml
+import pytest
+import torch
+
+from fedaug.config.load import dump_toml, parse_config, read_toml
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.runtime import available_cores
 from fedaug.engine.records.rundir import CONFIG, SUMMARY
+from fedaug.report.archive import archive_grid
+from fedaug.report.grid import load_grid
 from fedaug.report.runner import (
-    GRID_FILE, CellError, claim, config_key, find_run, finished_runs, plan, run_cell, run_grid,
+    GRID_FILE, CellError, claim, config_key, config_mismatch, find_run, finished_runs, plan, run_cell, run_grid,
 )
 from tests.report.conftest import TickClock, records_by_cell, tiny_spec
 
@@ -341,3 +346,79 @@ def test_a_time_limit_is_refused_with_ray(tmp_path):
                                           r"runs them: drop --time-limit .*or run the grid here with --jobs N"):
         run_grid(tiny_spec(), tmp_path / "g", ray=RayCells(), deadline=1e12)
     assert not (tmp_path / "g").exists()
+
+
+# --- train.cuda_graph and data.on_device default to "auto" (issue 63): what a grid compares ----------------------
+
+#: the key of tiny_spec's default | FedAvg | seed 0 cell as fedaug computed it before train.cuda_graph and
+#: data.on_device defaulted to "auto" (main at 2d0371d): on a CPU the keys of every grid stay as they were
+KEY_BEFORE_AUTO = "78435ecec444ce098b3eca5a3a4a208dd5a1829ea1114a4f4adb26bc4c5cac68"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cpu_here(monkeypatch):
+    """This machine as one without CUDA, whatever it has."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.fixture
+def cuda_here(monkeypatch):
+    """This machine as one with CUDA (nothing runs on it: the comparisons only ask where "auto" resolves)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def stored_as(raw, cuda_graph, on_device=False):
+    """``raw`` as a run directory's config.toml holds it, with these values (``None``: the key absent, as in a run
+    written before it existed)."""
+    out = {**raw, "train": {**raw.get("train", {})}, "data": {**raw.get("data", {})}}
+    for table, key, value in (("train", "cuda_graph", cuda_graph), ("data", "on_device", on_device)):
+        if value is not None:
+            out[table][key] = value
+    return out
+
+
+def test_on_a_cpu_the_auto_defaults_are_the_experiment_of_runs_stored_before_them(cpu_here):
+    cell = tiny_spec().raw("default", "FedAvg", 0)
+    cfg = parse_config(cell)
+    assert (cfg.train.cuda_graph, cfg.data.on_device) == ("auto", "auto")
+    for stored in (stored_as(cell, False), stored_as(cell, None, None), stored_as(cell, "auto", True)):
+        assert config_key(stored, stored=True) == config_key(cell) == KEY_BEFORE_AUTO
+        assert config_mismatch(stored, cell) == []
+    assert config_key(stored_as(cell, True), stored=True) != KEY_BEFORE_AUTO  # true asks for captured steps
+
+
+@pytest.mark.parametrize(("method", "stored", "same"), [
+    ({}, False, False),  # the cell's "auto" captures here, the run stepped eagerly
+    ({}, None, False),  # a run written before the key existed stepped eagerly too
+    ({}, "auto", True),
+    ({}, True, True),  # both capture
+    ({"method": {"base": "moon"}}, False, True),  # MOON cannot be captured: "auto" steps eagerly, as false
+])
+def test_on_a_cuda_machine_train_cuda_graph_counts_as_the_execution_it_resolves_to(cuda_here, method, stored, same):
+    cell = {**tiny_spec().raw("default", "FedAvg", 0), **method}
+    run = stored_as(cell, stored, on_device=True)  # data.on_device is placement: never a difference
+    assert (config_key(run, stored=True) == config_key(cell)) is same
+    assert config_mismatch(run, cell) == ([] if same else ["train.cuda_graph"])
+
+
+def test_a_cuda_machine_tells_how_to_take_runs_that_stepped_eagerly(cuda_here, tiny_grid, tmp_path):
+    out = tmp_path / "g"
+    shutil.copytree(tiny_grid, out)
+    for config in out.rglob(CONFIG):  # as runs written before "auto" on a CPU hold them
+        config.write_text(dump_toml(stored_as(read_toml(config), False)))
+    with pytest.raises(FedaugError, match=r"was run with a different config \(train\.cuda_graph differ; "
+                                          r"train\.cuda_graph counts as the execution it resolves to on this machine: "
+                                          r"the run's false gives eager steps, the cell's auto captured steps \(--set "
+                                          r"train\.cuda_graph=false takes the run as it is\)\); delete that directory"):
+        run_grid(tiny_spec(), out)
+    eager = tiny_spec(common={**tiny_spec().common, "train": {**tiny_spec().common["train"], "cuda_graph": False}})
+    assert {o.status for o in run_grid(eager, out)} == {"done before"}
+
+
+def test_an_archived_grid_of_the_repository_is_done_before_under_the_auto_defaults(cpu_here, tmp_path):
+    """results/fedfa_table7_digits4 as `fedaug archive` brings it back: its runs store data.on_device = false and
+    no train.cuda_graph; `fedaug compare` finds every cell done and trains nothing."""
+    archive_grid(ROOT / "results" / "fedfa_table7_digits4", tmp_path / "g")
+    outcomes = run_grid(load_grid("fedfa_table7_digits4"), tmp_path / "g")
+    assert [o.status for o in outcomes] == ["done before"] * 9

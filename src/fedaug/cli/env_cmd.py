@@ -15,7 +15,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("env", aliases=["doctor"],
                        help="versions, CPU, devices and precision flags, compiled libraries, extras, data sources",
                        description="Print what this installation can do: fedaug's, Python's and torch's versions, "
-                                   "the CPU and torch's capability on it, every device and the precision flags "
+                                   "the CPU and torch's capability on it, every device, what a run with the default "
+                                   "settings does here (device, captured or eager steps, data on the device or the "
+                                   "host), the precision flags "
                                    "(TF32), fedaug's compiled CPU libraries (built or not, why not, what that "
                                    "costs), Triton and Flower, the optional extras' packages and the offline data "
                                    "sources present. Paste it into a bug report; every run directory keeps it in "
@@ -42,6 +44,10 @@ def render(report: dict[str, Any]) -> str:
         extra = (f", sm {d['capability']}, {d['memory_gib']} GiB, bf16 {'yes' if d['bf16'] else 'no'}"
                  if "capability" in d else "")
         lines.append(f"  {d['device']}: {d['name']}{extra}")
+    d = report["defaults"]
+    budget = f" (data.on_device = auto: up to {d['data_budget_gib']} GiB now)" if d["data_budget_gib"] else ""
+    lines.append(f"defaults here: device auto = {d['device']}; steps {d['steps']} (train.cuda_graph = auto); "
+                 f"data on the {d['data']}{budget}")
     lines.append(f"precision: float32 matmul precision {prec['float32_matmul_precision']}; TF32 in cuBLAS matmuls "
                  f"{_yes(prec['cuda_matmul_allow_tf32'])}, in cuDNN convolutions {_yes(prec['cudnn_allow_tf32'])}; "
                  f"reduced-precision fp16/bf16 reductions {_yes(prec['cuda_matmul_fp16_reduced_reduction'])}/"

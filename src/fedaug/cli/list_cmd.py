@@ -62,7 +62,7 @@ def options_table(options: dict[str, dict[str, Any]], head: str = "option") -> s
 
     rows = [(head, "type", "default", "allowed", "help")]
     for name, o in options.items():
-        allowed = ", ".join(map(str, o["choices"])) or o["bounds"]
+        allowed = ", ".join(c if isinstance(c, str) else value_text(c) for c in o["choices"]) or o["bounds"]
         rows.append((name, o["type"], "required" if o["required"] else value_text(o["default"]), allowed,
                      first_sentence(o["help"])))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -42,8 +42,11 @@ def opt(default: Any, help: str, *, choices: tuple[str, ...] = (), lo: float | N
 class DataConfig:
     name: str = opt("digits4", "registered dataset (fedaug list datasets)")
     options: dict[str, Any] = opt({}, "the dataset's own options (fedaug list datasets)")
-    on_device: bool = opt(False, "keep every client's data on the device for the whole run (refused, with the "
-                                 "estimate, when it does not fit); else it moves there per round")
+    on_device: bool | str = opt("auto", "true: every client's data on the device for the whole run (refused, with "
+                                        "the estimate, when it does not fit); false: on the host, moved there per "
+                                        "round; auto: on a CUDA device where it takes at most half its free memory, "
+                                        "else (one notice) as false. Placement, not the run's numbers",
+                                choices=(True, False, "auto"))
 
 
 @dataclass
@@ -70,9 +73,13 @@ class TrainConfig:
     group_clients: int = opt(1, "train up to this many sampled clients of a round at once as one batched model "
                                 "(torch.func.vmap; for GPUs: docs/engine.md, 'Grouped clients'); 1: one at a time. "
                                 "Part of the run's numbers (float rounding), not of its placement", lo=1)
-    cuda_graph: bool = opt(False, "capture a client's whole local step in a CUDA graph once per batch shape and "
-                                  "replay it for every batch (fedavg, fedbn, fedprox, scaffold; CUDA only: "
-                                  "docs/engine.md, 'CUDA graphs'). Part of the run's numbers")
+    cuda_graph: bool | str = opt("auto", "capture a client's (or a group's) whole local step in a CUDA graph once per "
+                                         "batch shape and replay it for every batch (docs/engine.md, 'CUDA graphs'): "
+                                         "true (CUDA only; a method that cannot be captured trains eagerly after a "
+                                         "notice), false (never), auto (on CUDA where the method can be captured, else "
+                                         "eagerly, with a notice on CUDA; on other devices eagerly, silently). The "
+                                         "execution it resolves to is part of the run's numbers",
+                                 choices=(True, False, "auto"))
     optimizer: str = opt("sgd", "local optimiser", choices=("sgd", "adam"))
     lr: float = opt(0.01, "local learning rate (round 1)", lo=0.0, lo_open=True)
     momentum: float = opt(0.9, "SGD momentum", lo=0.0, hi=1.0)
@@ -244,6 +251,25 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
 
 
+#: the keys whose default became ``"auto"`` (issue 63), with the value that a run whose stored config lacks one ran
+#: with: its ``config.toml`` (or checkpoint) was written before the key existed (:func:`with_legacy`)
+LEGACY = {("train", "cuda_graph"): False, ("data", "on_device"): False}
+
+
+def with_legacy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored config (a run directory's ``config.toml``, a checkpoint's ``config``) with each :data:`LEGACY` key it
+    lacks set to what the run ran with; ``raw`` itself is left as it is.
+
+    >>> with_legacy({"train": {"rounds": 2}})["train"], with_legacy({"data": {"on_device": True}})["data"]
+    ({'rounds': 2, 'cuda_graph': False}, {'on_device': True})
+    """
+    out = dict(raw)
+    for (table, key), value in LEGACY.items():
+        if isinstance(out.get(table, {}), dict) and key not in out.get(table, {}):
+            out[table] = {**out.get(table, {}), key: value}
+    return out
+
+
 #: the longest run name: its run directory ``<name>-YYYYmmdd-HHMMSS[-k]`` must fit a file name (255 bytes)
 MAX_NAME = 200
 
@@ -278,10 +304,13 @@ def _check_value(key: str, value: Any, f: dataclasses.Field[Any], tp: Any) -> li
     m = f.metadata
     if value is None:
         return [] if m["nullable"] else [f"'{key}' must be set"]
-    if not fits(value, tp):
+    named = any(not isinstance(c, str) for c in m["choices"])  # every value named (true, false, "auto")
+    if not fits(value, tp) and not named:
         return [f"'{key}' must be {allowed(tp)}, got {value!r}"]
-    if m["choices"] and value not in m["choices"]:
-        return [f"'{key}' must be one of {', '.join(m['choices'])}, got {value!r}{suggest(str(value), m['choices'])}"]
+    if m["choices"] and (not fits(value, tp) or value not in m["choices"]):
+        words = [c for c in m["choices"] if isinstance(c, str)]
+        return [f"'{key}' must be one of {', '.join(map(choice_text, m['choices']))}, got {value!r}"
+                f"{suggest(str(value), words)}"]
     lo, hi = m["lo"], m["hi"]
     if (lo is not None and (value <= lo if m["lo_open"] else value < lo)
             or hi is not None and (value >= hi if m["hi_open"] else value > hi)):
@@ -289,6 +318,11 @@ def _check_value(key: str, value: Any, f: dataclasses.Field[Any], tp: Any) -> li
         hi_s = "" if hi is None else f"{'<' if m['hi_open'] else '<='} {hi}"
         return [f"'{key}' must be {' and '.join(s for s in (lo_s, hi_s) if s)}, got {value!r}"]
     return _toml_problems(key, value)
+
+
+def choice_text(value: Any) -> str:
+    """A choice as a config writes it: ``true``, ``false``, or the word itself."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _build(cls: type, raw: dict[str, Any], prefix: str, problems: list[str]) -> Any:

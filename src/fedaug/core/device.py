@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import re
+import warnings
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
@@ -166,6 +167,36 @@ def free_memory(device: torch.device) -> int | None:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     return None
+
+
+#: the share of a CUDA device's free memory that ``data.on_device = "auto"`` lets a run's data take (the rest is for
+#: the model, optimiser state and activations, and in a pack for the runs built after it)
+DATA_BUDGET = 0.5
+
+
+def data_on_device(on_device: bool | str, nbytes: int, device: torch.device) -> bool:
+    """Whether a run's data (``nbytes`` of every client's splits) stays on ``device`` for the whole run
+    (``data.on_device``): ``true``: yes (refused where it does not fit, :func:`check_fits`); ``"auto"``: on a CUDA
+    device where it takes at most :data:`DATA_BUDGET` of the memory free now (:func:`free_memory`; in a pack, what
+    the runs built before it left), else no, after one notice (a :class:`UserWarning`); ``false``, and ``"auto"`` on
+    another device: no (on a CPU the data is there either way).
+
+    Raises:
+        ConfigError: ``true`` and the data does not fit (:func:`check_fits`).
+    """
+    if on_device is True:
+        check_fits(nbytes, device, "data.on_device=true (every client's splits)")
+        return True
+    if on_device != "auto" or device.type != "cuda":
+        return False
+    free = free_memory(device) or 0
+    if nbytes <= DATA_BUDGET * free:
+        return True
+    warnings.warn(f"data.on_device=auto: the clients' data ({nbytes / 2**20:.1f} MiB) stays on the host in pinned "
+                  f"memory, since it would take more than {DATA_BUDGET:.0%} of the {free / 2**20:.1f} MiB free on "
+                  f"{device}; each client's data moves to the device when it runs (data.on_device=true keeps it "
+                  "there where it fits at all)", UserWarning, stacklevel=2)
+    return False
 
 
 def check_fits(nbytes: int, device: torch.device, what: str) -> None:

@@ -17,13 +17,14 @@ from contextlib import nullcontext
 from typing import Any
 
 from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig, run_name, validate
+from fedaug.config.schema import RunConfig, run_name, validate, with_legacy
 from fedaug.core.cluster import ray_target
 from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError
 from fedaug.data.base import FederatedData
 from fedaug.data.registry import load_dataset
 from fedaug.engine.client.worker import Worker, build_worker_model
+from fedaug.engine.execution import captures, execution_name, on_cuda
 from fedaug.engine.fleet.inprocess import InProcessFleet, Order, Trainer
 from fedaug.engine.fleet.processes import ProcessFleet
 from fedaug.engine.fleet.ray import RayFleet
@@ -105,9 +106,21 @@ class Simulation(Server):
             self.close()
 
     def _environment(self) -> dict[str, Any]:
-        """Where the run computed; with worker processes or Ray actors, the thread count they trained at
-        (``threads``), how many there were (``workers``) and, on Ray, ``fleet``."""
+        """Where the run computed, how its clients stepped (``execution``,
+        :func:`~fedaug.engine.execution.execution_name`) and where their data waited between rounds (``data``:
+        ``"device"`` or ``"host"``); with worker processes or Ray actors, the thread count they trained at
+        (``threads``), how many there were (``workers``) and, on Ray, ``fleet``. Worker processes and actors report
+        neither choice back: their ``execution`` is what the config resolves to on their devices
+        (:func:`~fedaug.engine.execution.captures`), and ``data`` is recorded where the config decides it alone
+        (``"host"``: no worker on CUDA, or ``data.on_device = false``; else each worker decides on its device)."""
         env = super()._environment()
+        if isinstance(self.fleet, InProcessFleet):
+            env.update(execution=self.fleet.execution, data="device" if self.fleet.data_on_device else "host")
+        else:
+            captured = captures(self.cfg, (self.recipe, self.model))
+            env.update(execution=execution_name(packed=False, grouped=False, captured=captured))
+            if self.cfg.data.on_device is False or not on_cuda(self.cfg):
+                env.update(data="host")
         if self.cfg.workers > 1 or self.cfg.fleet == "ray":
             env.update(threads=self.cfg.threads, workers=self.cfg.workers)
         if self.cfg.fleet == "ray":
@@ -264,7 +277,7 @@ def ready_to_resume(run_dir: RunDir, *, device: str | None = None, recipe: Recip
     built) and restored from the checkpoint (newest, or ``from_round``'s), whose rounds
     ``metrics.jsonl`` must record; unless ``quiet``, the run's first progress line (:func:`heading`) on
     stderr before the data loads. Arguments and errors as :func:`resume_experiment`'s."""
-    stored = parse_config(read_toml(run_dir.path / CONFIG))
+    stored = parse_config(with_legacy(read_toml(run_dir.path / CONFIG)))
     payload = run_dir.load_latest() if from_round is None else run_dir.load_round(from_round)
     cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
     for key, value in (("workers", workers), ("fleet", fleet), ("device", device)):

@@ -4,7 +4,8 @@ Cells pack when their clients' steps have one shape: the same model and options,
 in the step's loss and update (:func:`~fedaug.engine.client.step.in_step`: FedProx's proximal term, FFA's layers,
 FLea's split forward, SCAFFOLD's correction; with equal options, apart from a component's
 :attr:`~fedaug.methods.component.Component.pack_free` ones), the same device, precision, determinism, thread count,
-plug-in imports and CUDA-graph switch, each on one worker in the grid's process. Everything else may differ
+plug-in imports and execution (captured or eager steps: what ``train.cuda_graph`` resolves to,
+:func:`~fedaug.engine.execution.captures`), each on one worker in the grid's process. Everything else may differ
 between the cells of a pack: the server rule where it only sends and receives weights (FedAvg, FedAvgM, FedBN,
 FedAdam and the robust rules pack together), input-level augmentations made per client before the step (FedRDN),
 the seed (and so the data's draws, the initial weights and every random stream), the data and its options, the
@@ -24,19 +25,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from torch import nn
-
 from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig
+from fedaug.config.schema import RunConfig, with_legacy
 from fedaug.core.errors import FedaugError
 from fedaug.core.runtime import torch_threads
-from fedaug.engine.client.step import in_step, step_blocker
+from fedaug.engine.client.step import in_step, step_blockers
+from fedaug.engine.execution import captures, step_parts
 from fedaug.engine.fleet.packed import Pack, PackSlot
 from fedaug.engine.records.progress import RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, SUMMARY
-from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
-from fedaug.models.registry import build_model
 from fedaug.report.deadline import Deadline, RoundWatch
 from fedaug.report.runner import Cell, CellOutcome, Report, Unit, claim, compute, find_run, settle
 
@@ -71,19 +69,16 @@ def step_key(cfg: RunConfig) -> tuple[str, str]:
         return "", f"its clients train on Ray actors (fleet = '{cfg.fleet}'; a pack needs fleet = 'local')"
     cfg = pin(cfg)
     try:
-        recipe = build_recipe(cfg.method.base, cfg.method.augs, cfg.method.options)
-        model = build_model(cfg.model.name, 3, 10, **cfg.model.options)
+        recipe, model = step_parts(cfg)
     except FedaugError as exc:
         return "", f"its method or model cannot be built ({exc})"
-    why = [f"'{c.name}' ({reason})" for c in recipe.components if (reason := step_blocker(c))]
-    if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
-        why.append(f"the model '{cfg.model.name}' (its dropout draws from the global random stream)")
+    why = step_blockers(recipe, model)
     if why:
         return "", "its clients cannot train grouped: " + "; ".join(why)
     step = [[type(c).__module__, type(c).__qualname__, {k: v for k, v in cfg.method.options.get(c.name, {}).items()
                                                          if k not in c.pack_free}]
             for c in recipe.components if in_step(c)]
-    key = {"model": [cfg.model.name, cfg.model.options], "step": step, "cuda_graph": cfg.train.cuda_graph,
+    key = {"model": [cfg.model.name, cfg.model.options], "step": step, "captured": captures(cfg, (recipe, model)),
            **{k: getattr(cfg, k) for k in SHARED}}
     return json.dumps(key, sort_keys=True, default=repr), ""
 
@@ -126,7 +121,7 @@ def training_config(cell: Cell) -> RunConfig | None:
     if run is not None and (run / SUMMARY).is_file() or run is None and cell.reuse is not None:
         return None
     try:
-        return parse_config(read_toml(run / CONFIG)) if run is not None else parse_config(cell.raw)
+        return parse_config(with_legacy(read_toml(run / CONFIG))) if run is not None else parse_config(cell.raw)
     except (FedaugError, OSError, ValueError):
         return None
 

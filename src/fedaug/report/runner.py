@@ -18,7 +18,10 @@ cell, say) gets a copy of that run instead of training again (:func:`finished_ru
 recorded options (:mod:`fedaug.methods.recorded`, e.g. the FFA layers' ``kernel``) take part in
 both comparisons: a cell that does not set one means its default, and a stored run that predates
 its record means its legacy value, which equals no cell's (such a run is not reused, and a grid
-cell holding one asks for its value to be written into its ``config.toml``).
+cell holding one asks for its value to be written into its ``config.toml``). The two keys whose default
+became ``"auto"`` count by what they do (:func:`~fedaug.engine.execution.compared`; docs/engine.md, "Which
+execution runs"): ``train.cuda_graph`` as the execution it resolves to on this machine, ``data.on_device``
+not at all, so that on a CPU a grid archived before counts as done.
 
 Each cell runs with its config's ``threads`` (capped; a resumed cell keeps the count it started
 with) and the previous thread count is restored after it; worker processes (``jobs > 1``) are
@@ -47,12 +50,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fedaug.config.load import flatten, parse_config, read_toml
+from fedaug.config.schema import choice_text, with_legacy
 from fedaug.core.errors import ConfigError, FedaugError, RunStopped
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records.progress import RoundUpdate
 from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir
 from fedaug.engine.fleet.inprocess import Trainer
+from fedaug.engine.execution import compared
 from fedaug.engine.run import resume_experiment, run_experiment
 from fedaug.methods.recorded import fill_legacy, legacy_notes, pin
 from fedaug.report.deadline import Deadline, RoundWatch, now
@@ -202,16 +207,26 @@ IGNORED = ("threads", "out_dir", "name", "workers", "devices", "fleet", "ray", "
 
 
 def _resolved(raw: dict[str, Any], stored: bool = False) -> dict[str, Any]:
-    cfg = parse_config(raw)
+    cfg = parse_config(with_legacy(raw) if stored else raw)
     cfg = fill_legacy(cfg) if stored else pin(cfg)
-    return flatten({k: v for k, v in cfg.to_dict().items() if k not in IGNORED})
+    return {**flatten({k: v for k, v in cfg.to_dict().items() if k not in IGNORED}), **compared(cfg)}
 
 
 def config_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """Dotted keys whose resolved values differ between a run's stored config and a cell's
-    (:data:`IGNORED` aside; recorded options resolved as :func:`config_key` does)."""
+    (:data:`IGNORED` aside; recorded options and the execution keys resolved as :func:`config_key` does)."""
     a, b = _resolved(stored, stored=True), _resolved(wanted)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _execution_note(stored: dict[str, Any], wanted: dict[str, Any]) -> str:
+    """Why the ``train.cuda_graph`` of a run's stored config and of a cell's differ, and how to take the run."""
+    ran, want = (parse_config(raw).train.cuda_graph for raw in (with_legacy(stored), wanted))
+    steps = {True: "captured", False: "eager"}
+    return (f"; train.cuda_graph counts as the execution it resolves to on this machine: the run's "
+            f"{choice_text(ran)} gives {steps[_resolved(stored, True)['train.cuda_graph']]} steps, the cell's "
+            f"{choice_text(want)} {steps[_resolved(wanted)['train.cuda_graph']]} steps (--set "
+            f"train.cuda_graph={choice_text(ran)} takes the run as it is)")
 
 
 def config_key(raw: dict[str, Any], *, stored: bool = False) -> str:
@@ -220,7 +235,10 @@ def config_key(raw: dict[str, Any], *, stored: bool = False) -> str:
     Recorded options (:mod:`fedaug.methods.recorded`) are resolved first: a cell's config
     (``stored=False``) that does not set one takes its default; a run directory's stored config
     (``stored=True``) that lacks one predates its record and takes its legacy value, so that a
-    run is never matched with a cell that asks for a path the run may not have taken.
+    run is never matched with a cell that asks for a path the run may not have taken. So do the
+    keys whose default became ``"auto"`` (:func:`~fedaug.config.schema.with_legacy`), which then count as
+    the execution they resolve to on this machine (:func:`~fedaug.engine.execution.compared`): on a CPU,
+    ``train.cuda_graph = "auto"`` is the experiment of ``false``, and ``data.on_device`` is placement.
     """
     text = json.dumps(_resolved(raw, stored), sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -328,6 +346,8 @@ def settle(cell: Cell) -> CellOutcome | None:
         if diff:
             notes = "".join(f"; {note}" for note in legacy_notes(parse_config(stored)))
             fix = "write the value it ran with into its config.toml, or delete" if notes else "delete"
+            if "train.cuda_graph" in diff:
+                notes += _execution_note(stored, cell.raw)
             raise ConfigError(
                 f"'{existing}' was run with a different config ({', '.join(diff)} differ{notes}); "
                 f"{fix} that directory to rerun the cell, or give another --out")

@@ -32,6 +32,16 @@ HOST_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonz
               torch.ops.aten.equal.default)
 
 
+class CaptureRefused(ConfigError):
+    """A step that a capture would not replay exactly, found when it is first captured (after its warm-up steps,
+    which are undone first): ``reason`` says why. ``train.cuda_graph = true`` fails with it; ``"auto"`` trains
+    eagerly instead (:class:`~fedaug.engine.client.graphed.GraphedSteps`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"train.cuda_graph=true: {reason}; set train.cuda_graph=false")
+        self.reason = reason
+
+
 class Capture(Protocol):
     """How :class:`~fedaug.engine.client.graphed.GraphedSteps` warms up and captures a step."""
 
@@ -43,6 +53,9 @@ class Capture(Protocol):
 
     def rng_state(self) -> Tensor:
         """The global random stream's state on the device (a step must not draw from it)."""
+
+    def set_rng_state(self, state: Tensor) -> None:
+        """Put the global random stream back to ``state`` (what :meth:`rng_state` gave)."""
 
 
 class CudaGraphs:
@@ -68,6 +81,9 @@ class CudaGraphs:
 
     def rng_state(self) -> Tensor:
         return torch.cuda.get_rng_state(self.device)
+
+    def set_rng_state(self, state: Tensor) -> None:
+        torch.cuda.set_rng_state(state, self.device)
 
 
 class _Undo(TorchDispatchMode):
@@ -131,3 +147,6 @@ class TracedCapture:
 
     def rng_state(self) -> Tensor:
         return torch.get_rng_state()
+
+    def set_rng_state(self, state: Tensor) -> None:
+        torch.set_rng_state(state)

@@ -14,11 +14,12 @@ per input shape and learning rate (:func:`graph_key`: a last partial batch, a cl
 scheduled learning rate each get their own graph; at most :data:`MAX_GRAPHS` are kept), after a few warm-up
 steps that are then undone (PyTorch's notes on CUDA graphs, "whole-network capture").
 
-A recipe is captured when every component has step forms (:func:`~fedaug.engine.client.step.step_blockers`);
-otherwise its clients train eagerly, after one notice (:func:`graphed_steps`). A step that draws from the
-global random stream is refused when it is first captured. On a CPU, :class:`~fedaug.engine.client.capture.TracedCapture`
-gives a capture CUDA graphs' semantics, which is how the tests prove every capturable method equal to eager
-steps; docs/engine.md, "CUDA graphs", has the table.
+A recipe is captured when every component has step forms and the run trains in float32
+(:func:`capture_blockers`); otherwise its clients train eagerly, after one notice (:func:`graphed_steps`). A step
+that draws from the global random stream is found when it is first captured: refused with
+``train.cuda_graph = true``, trained eagerly from there on with ``"auto"`` (the default). On a CPU,
+:class:`~fedaug.engine.client.capture.TracedCapture` gives a capture CUDA graphs' semantics, which is how the
+tests prove every capturable method equal to eager steps; docs/engine.md, "CUDA graphs", has the table.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from fedaug.config.schema import TrainConfig
+from fedaug.config.schema import FLOAT32, TrainConfig, choice_text
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
-from fedaug.engine.client.capture import Capture, CudaGraphs
+from fedaug.engine.client.capture import Capture, CaptureRefused, CudaGraphs
 from fedaug.engine.client.step import LossFn, StepInputs, mini_batch, plan_for, step_blockers
 from fedaug.engine.client.training import make_optimizer
 from fedaug.models.walk import trainable
@@ -51,26 +52,41 @@ WARMUP_STEPS = 3
 GraphKey = tuple[object, ...]
 
 
-def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module) -> GraphedSteps | None:
-    """A worker's :class:`GraphedSteps` where ``cfg.cuda_graph`` is on and the recipe can be captured;
-    ``None`` (eager steps) where it is off, or, with one notice (a :class:`UserWarning`) naming every
-    reason, where :func:`~fedaug.engine.client.step.step_blockers` finds one.
+def capture_blockers(recipe: Recipe, model: nn.Module, precision: str) -> list[str]:
+    """What keeps ``recipe`` on ``model`` at ``precision`` from being captured, one entry each (empty: nothing):
+    :func:`~fedaug.engine.client.step.step_blockers`, and a mixed precision (a captured step trains in float32)."""
+    mixed = [] if precision in FLOAT32 else [f"a step at precision '{precision}' (captured steps train in float32)"]
+    return step_blockers(recipe, model) + mixed
+
+
+def graphed_steps(cfg: TrainConfig, recipe: Recipe, model: nn.Module, precision: str = "32") -> GraphedSteps | None:
+    """A worker's :class:`GraphedSteps` where ``cfg.cuda_graph`` asks for captured steps on the model's device and
+    :func:`capture_blockers` finds nothing, else ``None`` (eager steps).
+
+    ``true`` and ``"auto"`` capture on a CUDA device; where a blocker is found there, the clients train eagerly
+    after one notice (a :class:`UserWarning`) naming every reason (with ``"auto"`` and ``train.group_clients > 1``,
+    which trains in float32 only, the grouping's notice names them: :func:`~fedaug.engine.client.grouped.group_size`).
+    On another device ``"auto"`` trains eagerly without a notice. ``false`` never captures.
 
     Raises:
-        ConfigError: ``cfg.cuda_graph`` with ``model`` on a device other than CUDA.
+        ConfigError: ``true`` with ``model`` on a device other than CUDA.
     """
-    if not cfg.cuda_graph:
+    mode = cfg.cuda_graph
+    if mode is False:
         return None
     device = module_device(model)
     if device.type != "cuda":
+        if mode == "auto":
+            return None
         raise ConfigError(f"train.cuda_graph=true captures CUDA graphs, but the model is on {device}: set "
                           "device='cuda' (or 'auto' on a machine with CUDA) or train.cuda_graph=false")
-    blockers = step_blockers(recipe, model)
+    blockers = capture_blockers(recipe, model, precision)
     if blockers:
-        warnings.warn(f"train.cuda_graph=true: clients train eagerly, since {'; '.join(blockers)} cannot be "
-                      "captured", UserWarning, stacklevel=2)
+        if mode is True or cfg.group_clients == 1:
+            warnings.warn(f"train.cuda_graph={choice_text(mode)}: clients train eagerly, since {'; '.join(blockers)} "
+                          "cannot be captured", UserWarning, stacklevel=2)
         return None
-    return GraphedSteps(recipe, model, cfg, CudaGraphs(device))
+    return GraphedSteps(recipe, model, cfg, CudaGraphs(device), strict=mode is True)
 
 
 def graph_key(inputs: StepInputs, lr: float) -> GraphKey:
@@ -170,11 +186,17 @@ class GraphedSteps:
         capture: how steps are warmed up and captured (:class:`~fedaug.engine.client.capture.CudaGraphs`;
             :class:`~fedaug.engine.client.capture.TracedCapture` on a CPU).
         max_graphs: graphs kept (:data:`MAX_GRAPHS`).
+        strict: a step refused when it is first captured (:class:`~fedaug.engine.client.capture.CaptureRefused`)
+            fails (``train.cuda_graph = true``); else (``"auto"``) it is stepped eagerly, after one notice, and so
+            is every later step (:attr:`refused` says why; the worker then trains eagerly).
     """
 
     def __init__(self, recipe: Recipe, model: nn.Module, cfg: TrainConfig, capture: Capture,
-                 max_graphs: int = MAX_GRAPHS) -> None:
+                 max_graphs: int = MAX_GRAPHS, strict: bool = True) -> None:
         self.recipe, self.model, self.capture, self.max_graphs = recipe, model, capture, max_graphs
+        self.strict = strict
+        #: why a capture was refused (the steps since then were eager), or ``""``
+        self.refused = ""
         self.params = trainable(model)
         self.optimizer = make_optimizer(list(self.params.values()), cfg, cfg.lr)
         self.graphs: OrderedDict[GraphKey, Graphed] = OrderedDict()
@@ -187,8 +209,8 @@ class GraphedSteps:
     def __call__(self, ctx: ClientCtx, views: dict[str, ClientCtx],
                  steps: list[Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """The client's steps (after every ``receive``): its tensors into the static ones, then per
-        batch, the step's input into its graph's static one and a replay; the components' tensors handed
-        back at the end.
+        batch, the step's input into its graph's static one and a replay (an eager step on the static tensors
+        once a capture was refused, :attr:`refused`); the components' tensors handed back at the end.
 
         Returns:
             The sums of the steps' total losses and of each loss term: static tensors, valid until
@@ -208,16 +230,41 @@ class GraphedSteps:
         x, y = ctx.data.x, ctx.data.y
         for idx in steps:
             inputs = plan.prepare(views, mini_batch(x, y, idx))
-            key = graph_key(inputs, ctx.lr)
-            graph = self.graphs.get(key)
+            graph = None if self.refused else self._graph(ctx, inputs)
             if graph is None:
-                graph = self._capture(key, ctx, inputs)
-            else:
-                self.graphs.move_to_end(key)
+                self._step_eagerly(ctx, inputs)
+                continue
             graph.load(inputs)
             graph.replay()
         plan.restore(views, self.captured)
         return self.total, self.sums if steps else {}
+
+    def _graph(self, ctx: ClientCtx, inputs: StepInputs) -> Graphed | None:
+        """The graph that steps on ``inputs`` at ``ctx.lr``, captured where there is none yet; ``None`` where the
+        capture is refused and the steps are not :attr:`strict` (:attr:`refused` set, one notice)."""
+        key = graph_key(inputs, ctx.lr)
+        graph = self.graphs.get(key)
+        if graph is not None:
+            self.graphs.move_to_end(key)
+            return graph
+        try:
+            return self._capture(key, ctx, inputs)
+        except CaptureRefused as exc:
+            if self.strict:
+                raise
+            self.refused = exc.reason
+        warnings.warn(f"train.cuda_graph=auto: clients train eagerly, since {self.refused}", UserWarning, stacklevel=3)
+        return None
+
+    def _step_eagerly(self, ctx: ClientCtx, inputs: StepInputs) -> None:
+        """The step a graph would replay, run eagerly on the same static tensors (its sums added the same way)."""
+        plan = plan_for(self.recipe, self.model, ctx.task.loss)
+        self._loss = self._loss or plan.loss()
+        self.optimizer.param_groups[0]["lr"] = ctx.lr
+        total, terms = plan.update(self._loss, self.optimizer, self.params, self.captured,  # type: ignore[arg-type]
+                                   (None, None, self.captured, inputs.drawn, inputs.x, inputs.y))
+        self.sums = self.sums or {k: torch.zeros_like(v) for k, v in terms.items()}
+        add_step_sums(self.total, self.sums, total, terms)  # type: ignore[arg-type]
 
     def _static(self) -> list[Tensor]:
         """Every tensor a step writes or reads across steps, as far as it exists yet."""
@@ -262,28 +309,33 @@ def capture_step(capture: Capture, step: Callable[[], tuple[Tensor, dict[str, Te
         What replays the step, and the sums it adds to.
 
     Raises:
-        ConfigError: the step drew from the global random stream.
+        CaptureRefused: the step drew from the global random stream (the warm-up undone, the stream put back).
     """
     saved = [(t, t.detach().clone()) for t in static]
     fresh, rng = not optimizer.state, capture.rng_state()
     with capture.warm_up():
         for _ in range(WARMUP_STEPS):
             _, terms = step()
-    if not torch.equal(capture.rng_state(), rng):
-        raise ConfigError("train.cuda_graph=true: a training step of this model draws from the global random "
-                          "stream (a random layer other than dropout), which a captured step would replay with "
-                          "other numbers; set train.cuda_graph=false")
+    drew = not torch.equal(capture.rng_state(), rng)
     sums = sums or {k: torch.zeros_like(v) for k, v in terms.items()}
     with torch.no_grad():
         torch._foreach_copy_([t for t, _ in saved], [v for _, v in saved])
     if fresh:
         reset_optimizer_state_(optimizer)
+    if drew:
+        capture.set_rng_state(rng)
+        raise CaptureRefused("a training step of this model draws from the global random stream (a random layer "
+                             "other than dropout), which a captured step would replay with other numbers")
 
     def body() -> None:
-        total_, terms_ = step()
-        torch._foreach_add_([total, *sums.values()], [total_, *(terms_[k] for k in sums)])
+        add_step_sums(total, sums, *step())
 
     return capture.capture(body), sums
+
+
+def add_step_sums(total: Tensor, sums: dict[str, Tensor], step_total: Tensor, terms: dict[str, Tensor]) -> None:
+    """Add a step's total loss and its terms to the running ``total`` and ``sums`` (in place; ``sums``' keys)."""
+    torch._foreach_add_([total, *sums.values()], [step_total, *(terms[k] for k in sums)])
 
 
 def _layout(state: State) -> object:

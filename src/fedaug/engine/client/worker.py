@@ -79,8 +79,8 @@ class Worker:
     Raises:
         ConfigError: ``cfg.precision`` that the model's device cannot autocast, ``"16-mixed"``
             with a component that replaces the optimiser step (its own steps, e.g. SAM's two
-            closure calls, cannot take the gradient scaler's), or ``train.cuda_graph`` on a model
-            that is not on a CUDA device.
+            closure calls, cannot take the gradient scaler's), or ``train.cuda_graph = true`` on a
+            model that is not on a CUDA device.
     """
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, model: nn.Module, task: Task, num_clients: int) -> None:
@@ -102,9 +102,14 @@ class Worker:
             functools.partial(float32_math, cfg.precision) if self.device.type == "cuda" else contextlib.nullcontext)
         self.optimizers = LocalOptimizer(cfg.train)
         #: the captured local steps (train.cuda_graph), or None: eager steps
-        self.graphs = graphed_steps(cfg.train, recipe, model)
+        self.graphs = graphed_steps(cfg.train, recipe, model, cfg.precision)
         #: a group's captured steps (train.cuda_graph with train.group_clients > 1, or in a pack), or None
         self.group_graphs = GroupGraphs(self.graphs.capture) if self.graphs is not None else None
+
+    @property
+    def captures(self) -> bool:
+        """Whether this worker's steps replay captured graphs (``train.cuda_graph``; :attr:`graphs`)."""
+        return self.graphs is not None
 
     def _receive(self, phase: Phase, client_id: int, r: int, lr: float, client: ClientData, message: Message,
                  state: Mapping[str, State]) -> tuple[ClientCtx, Message, dict[str, State], ClientData]:
@@ -189,6 +194,8 @@ class Worker:
         if phase == "train":
             reply = train_client(self.recipe, ctx, message, state, self.cfg.train, self.cfg.precision, self.optimizers,
                                  self.graphs)
+            if self.graphs is not None and self.graphs.refused:  # train.cuda_graph = "auto": eager from here on
+                self.graphs = self.group_graphs = None
         elif phase == "query":
             reply = answer_query(self.recipe, ctx, message, state)
         else:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from fedaug.core.device import check_fits
+from fedaug.core.device import data_on_device
 from fedaug.core.payload import Message
 from fedaug.data.base import ClientData, FederatedData
 from fedaug.engine.client.grouped import group_size, plan_groups
 from fedaug.engine.client.training import batch_sizes
 from fedaug.engine.client.worker import Worker
+from fedaug.engine.execution import execution_name
 from fedaug.engine.fleet.base import StatesHere
 from fedaug.engine.protocol import Reply
 from fedaug.methods.component import Phase, State
@@ -31,25 +32,28 @@ class InProcessFleet(StatesHere):
         data: the federated dataset.
         execution_order: permutes the client ids of a phase before running them (tests use it to
             show that the order does not matter); default: ascending ids.
-        on_device: keep every client's data on the worker's device for the whole run
-            (``data.on_device``); else it stays on the host (in pinned memory for a CUDA worker)
-            and the worker copies a client's splits to the device when it runs it. On the CPU
-            both are the same.
+        on_device: ``data.on_device``: keep every client's data on the worker's device for the whole run
+            (``true``; ``"auto"``: on a CUDA device where it fits a share of the free memory,
+            :func:`~fedaug.core.device.data_on_device`); else it stays on the host (in pinned memory for a CUDA
+            worker) and the worker copies a client's splits to the device when it runs it. On the CPU both are
+            the same.
         trainer: trains each training phase's clients (:data:`Trainer`: a pack's, with other runs' clients);
             default: the worker, in groups of ``train.group_clients`` (or one at a time).
 
     Raises:
-        ConfigError: ``on_device`` and the data's bytes exceed the device's free memory
+        ConfigError: ``on_device = true`` and the data's bytes exceed the device's free memory
             (:func:`~fedaug.core.device.check_fits`, naming the estimate).
     """
 
     def __init__(self, worker: Worker, data: FederatedData, execution_order: Order | None = None,
-                 on_device: bool = False, trainer: Trainer | None = None) -> None:
+                 on_device: bool | str = False, trainer: Trainer | None = None) -> None:
         super().__init__()
         self.worker, self.data, self.trainer = worker, data, trainer
         device = worker.device
-        if on_device:
-            check_fits(sum(c.nbytes for c in data.clients), device, "data.on_device=true (every client's splits)")
+        placed = data_on_device(on_device, sum(c.nbytes for c in data.clients), device)
+        #: whether the clients' data lives on the worker's device (other than the CPU) for the whole run
+        self.data_on_device = placed and device.type != "cpu"
+        if placed:
             self.clients = [c.to(device) for c in data.clients]
         elif device.type == "cuda":
             self.clients = [c.pin_memory() for c in data.clients]
@@ -58,6 +62,13 @@ class InProcessFleet(StatesHere):
         self.order = execution_order or (lambda ids: ids)
         #: clients trained at once (train.group_clients, or 1 with a notice where the method cannot group)
         self.group_size = group_size(worker.cfg.train.group_clients, worker.recipe, worker.model)
+
+    @property
+    def execution(self) -> str:
+        """How the clients' steps run (:func:`~fedaug.engine.execution.execution_name`): in a pack (a trainer's),
+        grouped (:attr:`group_size` > 1), captured (the worker's graphs), or eager."""
+        return execution_name(packed=self.trainer is not None, grouped=self.group_size > 1,
+                              captured=self.worker.captures)
 
     def run(self, phase: Phase, r: int, lr: float, client_ids: Sequence[int],
             message: Callable[[int], Message]) -> Iterator[tuple[int, Reply]]:

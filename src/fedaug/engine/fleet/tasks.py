@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from fedaug.config.schema import RunConfig, TrainConfig
-from fedaug.core.device import to_device
+from fedaug.core.device import data_on_device, to_device
 from fedaug.core.errors import ConfigError, FedaugError
 from fedaug.core.payload import Message
 from fedaug.data.base import ClientData, FederatedData, Split
@@ -185,7 +185,7 @@ def build_worker(cfg: RunConfig, setup: WorkerSetup) -> tuple[Worker, list[Clien
     recipe: Recipe = pickle.loads(setup.recipe)
     device = torch.device(setup.device)
     clients = setup.data.clients()
-    if cfg.data.on_device:
+    if data_on_device(cfg.data.on_device, sum(c.nbytes for c in clients), device):
         clients = [c.to(device) for c in clients]
     model = build_worker_model(cfg, recipe, setup.input_shape, setup.num_classes, device)
     return Worker(cfg, recipe, model, make_task(setup.task, setup.num_classes), len(clients)), clients

@@ -5,7 +5,8 @@ fedaug's, Python's and torch's versions; the CPU (model, torch's vector-instruct
 cores and threads); every device and the precision flags that change float32 results (TF32 in
 cuBLAS and cuDNN, the float32 matmul precision); fedaug's compiled CPU libraries, built or not and
 why not, and what a run does without them; Triton and Flower; every optional extra's packages; and
-which offline data sources this machine has. Gathering it compiles nothing, imports no optional
+which offline data sources this machine has; and what a run with the default settings does here (its device,
+execution and data placement). Gathering it compiles nothing, imports no optional
 package and reads no data set (0.4 s once torch is loaded on a 2-core AMD EPYC, most of it importing
 torch's C++-extension helper for the libraries' cache keys; 0.08 s a second time).
 """
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from fedaug.core import local_sgd, native, server_ops
-from fedaug.core.device import available_devices, cpu_name
+from fedaug.core.device import DATA_BUDGET, available_devices, cpu_name, free_memory, resolve_device
 from fedaug.core.runtime import available_cores
 from fedaug.core.version import __version__
 from fedaug.data.sources import source_status
@@ -108,6 +109,19 @@ def precision_flags() -> dict[str, Any]:
             "cudnn_deterministic": cudnn.deterministic, "cudnn_benchmark": cudnn.benchmark}
 
 
+def defaults_here() -> dict[str, Any]:
+    """What a run with the default settings does on this machine: the device ``"auto"`` resolves to, how its
+    clients step (``train.cuda_graph = "auto"``: captured on CUDA where the method can be captured, else eager) and
+    where their data waits between rounds (``data.on_device = "auto"``: on a CUDA device where it takes at most
+    :data:`~fedaug.core.device.DATA_BUDGET` of the memory free, ``data_budget_gib`` of it now; else the host)."""
+    device = resolve_device("auto")
+    if device.type != "cuda":
+        return {"device": str(device), "steps": "eager", "data": "host", "data_budget_gib": None}
+    budget = DATA_BUDGET * (free_memory(device) or 0) / 2**30
+    return {"device": str(device), "steps": "captured where the method can be captured, else eager",
+            "data": "device where it fits the budget, else host", "data_budget_gib": round(budget, 1)}
+
+
 def machine_line() -> str:
     """One line naming the machine a benchmark's figures come from (docs/benchmarks.md names one for each):
     ``"machine: AMD EPYC, torch CPU capability AVX2, 2 cores, torch 2.13.0+cpu"``, then each GPU."""
@@ -127,6 +141,7 @@ def installation() -> dict[str, Any]:
                 "capability_override": os.environ.get("ATEN_CPU_CAPABILITY"), "cores": available_cores(),
                 "threads": torch.get_num_threads()},
         "devices": devices(),
+        "defaults": defaults_here(),
         "precision": precision_flags(),
         "compiled": {name: library_status(name) for name in LIBRARIES},
         "triton": _version("triton"),

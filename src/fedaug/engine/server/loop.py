@@ -23,8 +23,8 @@ from typing import Any
 
 from torch import nn
 
-from fedaug.config.load import parse_config
-from fedaug.config.schema import RunConfig, learning_rate
+from fedaug.config.load import flatten, parse_config
+from fedaug.config.schema import RunConfig, learning_rate, with_legacy
 from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import (AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError,
                                 RunStopped)
@@ -52,13 +52,15 @@ from fedaug.privacy.accountant import run_accountant
 RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 
 
-#: where and how fast a run computes, not what: a checkpoint restores whatever these were
-PLACEMENT = ("device", "workers", "devices", "fleet", "ray")
+#: where and how fast a run computes, not what (keys of the config, dotted below its top level): a checkpoint
+#: restores whatever these were
+PLACEMENT = ("device", "workers", "devices", "fleet", "ray", "data.on_device")
 
 
 def _experiment(cfg: RunConfig) -> dict[str, Any]:
-    """``cfg`` as a dict without :data:`PLACEMENT`: what a checkpoint's config must equal to be restored."""
-    return {k: v for k, v in cfg.to_dict().items() if k not in PLACEMENT}
+    """``cfg`` as a flat dict without :data:`PLACEMENT`: what a checkpoint's config must equal to be restored."""
+    return {k: v for k, v in flatten(cfg.to_dict()).items()
+            if not any(k == p or k.startswith(f"{p}.") for p in PLACEMENT)}
 
 
 @dataclass(frozen=True)
@@ -345,8 +347,10 @@ class Server:
         return environment(self.device, self.cfg.precision, self.cfg.deterministic)
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint`'s output (the config must be the same, apart from its
-        ``device``: where a run computes does not define the experiment). A checkpoint written on
+        """Continue from :meth:`checkpoint`'s output (the config must be the same, apart from
+        :data:`PLACEMENT`: where a run computes does not define the experiment; a checkpoint's config that
+        predates a key whose default became ``"auto"`` ran with its legacy value,
+        :func:`~fedaug.config.schema.with_legacy`). A checkpoint written on
         another device, CPU model, CPU capability or thread count is restored with a warning: the
         rest of the run computes with other float32 kernels (and CUDA generators draw other numbers
         than the CPU's), so it is another sample of the experiment, not the numbers the uninterrupted
@@ -355,7 +359,7 @@ class Server:
         if problem:
             raise CheckpointError(f"not a fedaug checkpoint: {problem}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
-            same = _experiment(parse_config(payload["config"])) == _experiment(self.cfg)
+            same = _experiment(parse_config(with_legacy(payload["config"]))) == _experiment(self.cfg)
         except (ConfigError, TypeError, AttributeError):
             same = False
         if not same:
