@@ -81,7 +81,7 @@ METHODS = {"fedavg": ("fedavg", []), "fedfa": ("fedavg", ["fedfa"]), "vfda": ("f
 
 
 def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
-                  graph: bool = False, method: str = "fedavg", seed: int = 0):
+                  graph: bool | str = False, method: str = "fedavg", seed: int = 0):
     from fedaug.config.schema import validate
 
     base, augs = METHODS[method]
@@ -98,7 +98,7 @@ def engine_config(job: Job, rounds: int, threads: int, workers: int, device: str
 
 
 def engine_rounds(job: Job, rounds: int, threads: int, workers: int, device: str = "cpu", group: int = 1,
-                  graph: bool = False, losses: list[float] | None = None, method: str = "fedavg",
+                  graph: bool | str = False, losses: list[float] | None = None, method: str = "fedavg",
                   pack: int = 1) -> list[tuple[float, float]]:
     """(wall, process CPU) seconds of each round of the engine (evaluation off; as the CLI runs it);
     each client's training loss of every round is appended to ``losses``, if given. With ``pack > 1``, that many
@@ -381,8 +381,9 @@ def compare_workers(jobs: list[Job], rounds: int, repeats: int, counts: list[int
 
 
 def compare_settings(jobs: list[Job], rounds: int, repeats: int, settings: list[tuple[str, dict]], what: str,
-                     pin: int | None, device: str = "cpu", threads: int = 1) -> None:
-    """Each setting ``(label, engine options)`` against the first, alternating, same steps; the results
+                     pin: int | None, device: str = "cpu", threads: int = 1, same_numbers: bool = True) -> None:
+    """Each setting ``(label, engine options)`` against the first, alternating, same steps; where the settings
+    compute the same numbers (``same_numbers``: executions of one method, not different methods) the results
     must agree: the largest relative difference of any client's training loss over every round from
     the first setting's is reported (float rounding only; 0 where the numbers are the same)."""
     print(f"## {what} on {device} ({threads} thread{'s' if threads > 1 else ''}"
@@ -405,7 +406,8 @@ def compare_settings(jobs: list[Job], rounds: int, repeats: int, settings: list[
         for label, _ in settings:
             diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[label], losses[first]))
             speed = base / statistics.median(t[0] for t in times[label])
-            print(row(job, f"{label} ({speed:.2f}x; max rel. loss diff {diff:.1e})", times[label], peaks[label]))
+            note = f"; max rel. loss diff {diff:.1e}" if same_numbers else ""
+            print(row(job, f"{label} ({speed:.2f}x{note})", times[label], peaks[label]))
     print()
 
 
@@ -548,7 +550,11 @@ def main() -> None:
                              "captured (train.cuda_graph; CUDA only) and P runs packed (seeds 0..P-1, clients/s "
                              "counting every run's; issue 62)")
     parser.add_argument("--methods", nargs="+", default=["fedavg"], choices=sorted(METHODS),
-                        help="the methods of --executions")
+                        help="the methods of --executions and --defaults")
+    parser.add_argument("--defaults", action="store_true",
+                        help="each method of --methods under the default settings (train.cuda_graph and "
+                             "data.on_device \"auto\": what a user who sets only the device gets, issue 63) "
+                             "against the first: its clients/s as a multiple of the first's")
     args = parser.parse_args()
     from fedaug.engine.records.installation import machine_line
 
@@ -574,6 +580,11 @@ def main() -> None:
                         (f"{p} runs packed", {"pack": p, "method": method})]
             compare_settings(jobs, rounds, repeats, settings, f"Executions of {method}", args.pin, args.device,
                              args.threads)
+        return
+    if args.defaults:
+        settings = [(f"{method}, defaults", {"method": method, "graph": "auto"}) for method in args.methods]
+        compare_settings(jobs, rounds, repeats, settings, "Default settings", args.pin, args.device, args.threads,
+                         same_numbers=False)
         return
     if args.groups:
         groups = [(f"group_clients = {g}", {"group": g}) for g in sorted({1, *args.groups})]

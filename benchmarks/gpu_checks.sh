@@ -7,12 +7,14 @@
 # names the GPU, torch and CUDA), measure_tolerances.py (each execution against eager steps on CUDA),
 # bench_throughput.py --groups (a round's clients trained as batched groups, train.group_clients, against one at a
 # time, issue 39), bench_throughput.py --graph (each client's step replayed from CUDA graphs, train.cuda_graph,
-# against eager steps, issue 39) and bench_throughput.py (workers sharing the GPU), most wanted first. Each step has
-# its own time limit and log (in $OUT, default ./gpu-checks: 8 files, what a device call brings back), so one step
-# that fails or overruns leaves the others' figures.
+# against eager steps, issue 39), bench_throughput.py --defaults (FedFA against FedAvg under the default settings,
+# issue 63), most wanted first; then, in a second call, bench_throughput.py (workers sharing the GPU) and the two
+# steps of issue 62. Each step has its own time limit and log (in $OUT, default ./gpu-checks: a file a step, what
+# a device call brings back), so one step that fails or overruns leaves the others' figures.
 # Triton compiles the FFA kernel's variants on first use (in the tests and the benchmark's untimed warm-up steps).
-# The limits of the first eight steps add up to 9.5 minutes (a device call may run 10; they took 6.5 minutes on an
-# H100, docs/benchmarks.md); the two steps of issue 62 after them, 6 minutes more, go in a second call;
+# The limits of the first eight steps add up to 9.5 minutes (a device call may run 10; before bench_defaults took
+# bench_throughput's place they took 6.5 minutes on an H100, docs/benchmarks.md); bench_throughput and the two steps
+# of issue 62 after them, 6.5 minutes more, go in a second call (STEPS="bench_throughput bench_executions bench_pack");
 # STEPS runs a subset, e.g. to rerun what overran with a larger LIMIT (seconds, for every step run).
 #   OUT=gpu-checks PYTHON=.venv/bin/python bash benchmarks/gpu_checks.sh
 #   STEPS="bench_grouped" LIMIT=400 bash benchmarks/gpu_checks.sh
@@ -20,8 +22,8 @@ set -u
 out=${OUT:-gpu-checks}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-# the steps of one call when STEPS is not given (the first eight; the two of issue 62 go in a second call)
-FIRST="tests_gpu bench_device bench_ffa profile_round tolerances bench_grouped bench_graph bench_throughput"
+# the steps of one call when STEPS is not given (the first eight; the other three go in a second call)
+FIRST="tests_gpu bench_device bench_ffa profile_round tolerances bench_grouped bench_graph bench_defaults"
 export PYTHONPATH=src:.:benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a limit, log to $out/NAME.txt
   local name=$1 limit=${LIMIT:-$2}; shift 2
@@ -40,8 +42,10 @@ step profile_round 50 "$py" benchmarks/profile_round.py --device cuda --threads 
 step tolerances 50 "$py" benchmarks/measure_tolerances.py --device cuda --executions grouped captured --methods fedavg scaffold fedfa fedfa_kernel vfda fedrdn flea
 step bench_grouped 65 "$py" benchmarks/bench_throughput.py --jobs G --groups 1 10 50 --device cuda --rounds 3 --repeats 1 --threads 8
 step bench_graph 40 "$py" benchmarks/bench_throughput.py --jobs G --graph --device cuda --rounds 2 --repeats 1 --threads 8
+# issue 63: FedFA against FedAvg as a user who sets only device = "cuda" gets them (cuda_graph and on_device "auto")
+step bench_defaults 40 "$py" benchmarks/bench_throughput.py --jobs G --defaults --methods fedavg fedfa --device cuda --rounds 2 --repeats 1 --threads 8
 step bench_throughput 40 "$py" benchmarks/bench_throughput.py --jobs W1 M --device cuda --workers 1 2 4 --rounds 2 --repeats 1 --workers-only
-# issue 62, after the earlier figures (STEPS="bench_executions bench_pack" runs these alone): each seed method one
+# issue 62, after the earlier figures (STEPS="bench_throughput bench_executions bench_pack" runs these three): each seed method one
 # client at a time, in groups of 50, in groups of 50 captured, and 5 runs packed on job G; then FedFA Table 1's
 # grid (7 methods x 5 seeds, one round each, its Digits-4 replaced by synthetic data of the same shapes: the GPU
 # machine has none of the optional data) packed against its cells one at a time (docs/benchmarks.md extrapolates
