@@ -16,8 +16,8 @@ from fedaug.engine.records.rundir import ENVIRONMENT
 from fedaug.engine.run import resume_experiment, run_experiment
 from tests.conftest import tiny_raw
 
-KEYS = ["fedaug", "python", "platform", "torch", "cpu", "devices", "precision", "compiled", "triton", "flower",
-        "extras", "data"]
+KEYS = ["fedaug", "python", "platform", "torch", "cpu", "devices", "defaults", "precision", "compiled", "triton",
+        "flower", "extras", "data"]
 
 
 def test_the_report_names_torch_the_cpu_its_devices_and_the_precision_flags():
