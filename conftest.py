@@ -23,6 +23,10 @@ collect_ignore_glob = ([] if importlib.util.find_spec("flwr") else ["src/fedaug/
 # Ray reads both when it is first imported; the CLI runs the tests start inherit them.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # 0: Ray's single-host mode, nodes on 127.0.0.1
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray starts its worker processes (actors, tasks) at niceness 15, below everything else on the machine; beside
+# the other pytest-xdist process, whose torch threads fill both cores of CI, they got a few per cent of a core and
+# the Ray tests ran 15-20x slower than alone (459 s against 26 s for one of them): here they run at the tests' own.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 # Without a CUDA device (CI), Triton kernels (the FFA layer's CUDA kernel, fedaug.layers.triton_ffa) run on
 # CPU tensors under Triton's interpreter. Triton reads the variable when it is first imported, so it is set

@@ -1,6 +1,7 @@
-"""A real Flower deployment on loopback: a SuperLink and two SuperNodes started here, two rounds
-with ``flwr run``, every process stopped afterwards; once in the clear, once with TLS (a trial CA)
-and SuperNode authentication. Slow (each message starts a ClientApp process that imports torch)."""
+"""A real Flower deployment on loopback: a SuperLink and SuperNodes started here, rounds run with ``flwr
+run``, every process stopped afterwards; once in the clear (FedFA under the median over three SuperNodes, one
+of them attacking), once with TLS (a trial CA) and SuperNode authentication. Slow (each message starts a
+ClientApp process that imports torch)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower extra: pip install 'fedaug[flower]'")
 
+from fedaug.config.schema import validate  # noqa: E402
 from fedaug.engine.flower.app import write_app  # noqa: E402
 from fedaug.engine.flower.local import Command, LoopbackTrial, free_port, running_members, stop  # noqa: E402
 from fedaug.engine.flower.tls import SuperNodeKeys, write_supernode_keys  # noqa: E402
 from fedaug.engine.run import run_experiment  # noqa: E402
+from tests.conftest import tiny_raw  # noqa: E402
 from tests.engine.flower.conftest import flower_cfg, records  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -33,15 +36,13 @@ def test_stop_ends_a_process_group_and_running_members_sees_it(tmp_path):
     assert running_members(proc.pid) == []
 
 
-def run_trial(tmp_path, rounds=2, **security):
-    """``rounds`` of FedFA on two SuperNodes, evaluated after the last round only (each message starts a
-    ClientApp process that imports torch: a round costs tens of seconds)."""
-    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2, rounds=rounds)
-    cfg.eval.every = rounds
+def run_trial(tmp_path, cfg, nodes, **security):
+    """``cfg`` over ``nodes`` SuperNodes (each message starts a ClientApp process that imports torch: a round
+    costs tens of seconds); the run's directory."""
     app = write_app(cfg, tmp_path / "app", round_timeout=300, connect_timeout=120)
-    trial = LoopbackTrial(app, tmp_path, 2, **security)
+    trial = LoopbackTrial(app, tmp_path, nodes, **security)
     with trial.running() as procs:
-        assert len(procs) == 3 and all(p.poll() is None for p in procs)
+        assert len(procs) == nodes + 1 and all(p.poll() is None for p in procs)
         trial.call(trial.flwr_run(), timeout=420)
         intruder = None
         if security.get("auth"):  # a SuperNode whose key was never registered is turned away
@@ -56,7 +57,7 @@ def run_trial(tmp_path, rounds=2, **security):
                 stop([intruder])
     assert not any(running_members(p.pid) for p in procs + ([intruder] if intruder else []))  # all stopped
     (run_dir,) = (tmp_path / "runs").iterdir()
-    return cfg, run_dir
+    return run_dir
 
 
 def in_process_records(cfg, tmp_path):
@@ -65,17 +66,26 @@ def in_process_records(cfg, tmp_path):
     return records(run_dir.path)
 
 
-def test_loopback_deployment_runs_two_rounds_with_the_in_process_numbers(tmp_path):
-    cfg, run_dir = run_trial(tmp_path)
-    got = records(run_dir)
-    assert [r["round"] for r in got] == [1, 2] and all(r["dropped"] == [] for r in got)
+def test_loopback_deployment_of_fedfa_with_an_attacking_supernode_gives_the_in_process_numbers(tmp_path):
+    """Two rounds of FedFA (its statistics travel beside the weights) under the median, over three SuperNodes;
+    ``[attack]`` travels in the run config, so the SuperNode of partition 2 scales its update by 100 by itself
+    (update screening off: nothing is rejected), and the median keeps the run going. Evaluated after the last
+    round only."""
+    raw = tiny_raw(rounds=2, local_steps=2)
+    raw.update(out_dir=str(tmp_path / "runs"), method={"base": "median", "augs": ["fedfa"]}, trust={"screen": "off"},
+               attack={"kind": "scale", "clients": [2], "scale": 100.0}, eval={"every": 2})
+    cfg = validate(raw)
+    got = records(run_trial(tmp_path, cfg, 3))
+    assert [r["round"] for r in got] == [1, 2] and "eval" not in got[0] and "eval" in got[1]
+    assert all(r["attack"] == {"kind": "scale", "clients": [2]} and r["rejected"] == [] and r["dropped"] == []
+               for r in got)
     assert got == in_process_records(cfg, tmp_path)
 
 
 def test_loopback_deployment_with_tls_and_supernode_authentication(tmp_path):
-    """One round (the clear deployment above shows a second round's messages travel as well)."""
-    cfg, run_dir = run_trial(tmp_path, rounds=1, tls=True, auth=True)
-    got = records(run_dir)
+    """One round of FedFA on two SuperNodes (the deployment above shows a second round's messages travel as well)."""
+    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2, rounds=1)
+    got = records(run_trial(tmp_path, cfg, 2, tls=True, auth=True))
     assert [r["round"] for r in got] == [1] and got[0]["dropped"] == [] and "eval" in got[0]
     assert got == in_process_records(cfg, tmp_path)
     assert (tmp_path / "certs" / "ca.crt").is_file()
