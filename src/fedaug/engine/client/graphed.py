@@ -36,7 +36,7 @@ from fedaug.config.schema import FLOAT32, TrainConfig, choice_text
 from fedaug.core.device import module_device
 from fedaug.core.errors import ConfigError
 from fedaug.engine.client.capture import Capture, CaptureRefused, CudaGraphs
-from fedaug.engine.client.step import LossFn, StepInputs, mini_batch, plan_for, step_blockers
+from fedaug.engine.client.step import LossFn, StepInputs, StepPlan, mini_batch, plan_for, step_blockers
 from fedaug.engine.client.training import make_optimizer
 from fedaug.models.walk import trainable
 from fedaug.methods.component import ClientCtx, State
@@ -232,7 +232,7 @@ class GraphedSteps:
             inputs = plan.prepare(views, mini_batch(x, y, idx))
             graph = None if self.refused else self._graph(ctx, inputs)
             if graph is None:
-                self._step_eagerly(ctx, inputs)
+                self._step_eagerly(plan, ctx.lr, inputs)
                 continue
             graph.load(inputs)
             graph.replay()
@@ -256,15 +256,20 @@ class GraphedSteps:
         warnings.warn(f"train.cuda_graph=auto: clients train eagerly, since {self.refused}", UserWarning, stacklevel=3)
         return None
 
-    def _step_eagerly(self, ctx: ClientCtx, inputs: StepInputs) -> None:
+    def _step_eagerly(self, plan: StepPlan, lr: float, inputs: StepInputs) -> None:
         """The step a graph would replay, run eagerly on the same static tensors (its sums added the same way)."""
-        plan = plan_for(self.recipe, self.model, ctx.task.loss)
-        self._loss = self._loss or plan.loss()
-        self.optimizer.param_groups[0]["lr"] = ctx.lr
-        total, terms = plan.update(self._loss, self.optimizer, self.params, self.captured,  # type: ignore[arg-type]
-                                   (None, None, self.captured, inputs.drawn, inputs.x, inputs.y))
+        total, terms = self._update(plan, lr, inputs)
         self.sums = self.sums or {k: torch.zeros_like(v) for k, v in terms.items()}
         add_step_sums(self.total, self.sums, total, terms)  # type: ignore[arg-type]
+
+    def _update(self, plan: StepPlan, lr: float, inputs: StepInputs) -> tuple[Tensor, dict[str, Tensor]]:
+        """One local step on ``inputs`` at ``lr`` on the static tensors: what a graph captures (and replays), and
+        what runs eagerly once a capture was refused. Its total loss and terms."""
+        if self._loss is None:
+            self._loss = plan.loss()
+        self.optimizer.param_groups[0]["lr"] = lr  # read (and baked in) when the step is captured
+        return plan.update(self._loss, self.optimizer, self.params, self.captured,  # type: ignore[arg-type]
+                           (None, None, self.captured, inputs.drawn, inputs.x, inputs.y))
 
     def _static(self) -> list[Tensor]:
         """Every tensor a step writes or reads across steps, as far as it exists yet."""
@@ -277,18 +282,9 @@ class GraphedSteps:
         """Capture the step on ``inputs`` at ``ctx.lr`` as ``key``'s graph: warm-up steps on them, undone
         after (the model, optimiser state and sums as they were), then the capture."""
         plan = plan_for(self.recipe, self.model, ctx.task.loss)
-        if self._loss is None:
-            self._loss = plan.loss()
         lr, static = ctx.lr, Graphed(_as_static(inputs, ctx.device), lambda: None)
-        captured = self.captured
-
-        def step() -> tuple[Tensor, dict[str, Tensor]]:
-            self.optimizer.param_groups[0]["lr"] = lr  # read (and baked in) when the step is captured
-            s = static.inputs
-            return plan.update(self._loss, self.optimizer, self.params, captured,  # type: ignore[arg-type]
-                               (None, None, captured, s.drawn, s.x, s.y))
-
-        static.replay, self.sums = capture_step(self.capture, step, self._static(), self.optimizer, self.total,
+        static.replay, self.sums = capture_step(self.capture, lambda: self._update(plan, lr, static.inputs),
+                                                self._static(), self.optimizer, self.total,
                                                 self.sums)  # type: ignore[arg-type]
         self.num_captures += 1
         self.graphs[key] = static
