@@ -11,6 +11,7 @@ import torch
 
 from fedaug.config.schema import validate, with_legacy
 from fedaug.engine.execution import captures, compared, execution_name, on_cuda
+from fedaug.engine.server.loop import config_differences
 from tests.conftest import tiny_raw
 
 
@@ -78,3 +79,19 @@ def test_a_stored_config_without_the_auto_keys_ran_with_false():
     assert stored == {"seed": 1, "train": {"rounds": 2}, "data": {"name": "synthetic"}}  # left as it was
     assert with_legacy({"train": {"cuda_graph": "auto"}, "data": {"on_device": True}}) == {
         "train": {"cuda_graph": "auto"}, "data": {"on_device": True}}
+
+
+@pytest.mark.parametrize(("stored", "resumed", "moved_on_cpu", "moved_on_gpu"), [
+    ({"train": {"cuda_graph": False}}, {}, [], ["train.cuda_graph: false (eager steps) -> auto (captured steps)"]),
+    ({"train": {"cuda_graph": True}}, {}, ["train.cuda_graph: true (captured steps) -> auto (eager steps)"], []),
+    ({}, {"device": "cpu"}, [], []),  # captured on CUDA, continued eagerly on a CPU: a device move (warned of)
+    ({"device": "cuda", "train": {"cuda_graph": False}}, {"device": "cuda"},
+     *[["train.cuda_graph: false (eager steps) -> auto (captured steps)"]] * 2),
+    ({"train": {"cuda_graph": False, "lr": 0.1}}, {"train": {"cuda_graph": False}}, *[["train.lr: 0.1 -> 0.05"]] * 2),
+    ({"workers": 2, "seed": 3}, {}, *[["seed: 3 -> 7"]] * 2),  # placement is no difference
+])
+def test_a_resume_compares_train_cuda_graph_by_the_execution_it_resolves_to_where_the_run_continues(
+        cuda_here, stored, resumed, moved_on_cpu, moved_on_gpu):
+    """A checkpoint's config and the resuming one are one experiment where ``train.cuda_graph`` resolves to the same
+    steps with the resuming config's placement on this machine (:func:`config_differences`)."""
+    assert config_differences(cfg(**stored), cfg(**resumed)) == (moved_on_gpu if cuda_here else moved_on_cpu)

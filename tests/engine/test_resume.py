@@ -326,7 +326,7 @@ def test_a_checkpoint_written_on_another_device_resumes_here_with_a_warning(tmp_
     payload = load_tensors(ckpt)
     payload["config"] = {**payload["config"], "device": "cuda", "precision": "bf16-mixed"}
     save_tensors(ckpt, payload)
-    with pytest.raises(CheckpointError, match="written by a different config"):
+    with pytest.raises(CheckpointError, match=r"written by a different config \(precision: 'bf16-mixed' -> '32'\)"):
         resume_experiment(str(other), quiet=True)
 
 

@@ -80,7 +80,7 @@ REFUSALS = [
     ("config.toml invalid", lambda run: edit_config(run, lambda raw: raw["train"].update(rounds=0)), {},
      ConfigError, r"'train\.rounds' must be >= 1, got 0"),
     ("config.toml of another experiment", lambda run: edit_config(run, lambda raw: raw["train"].update(lr=0.5)), {},
-     CheckpointError, r"the checkpoint was written by a different config"),
+     CheckpointError, r"the checkpoint was written by a different config \(train\.lr: 0\.05 -> 0\.5\); resume with"),
     ("a model that cannot be built", lambda run: edit_config(run, lambda raw: raw["model"].update(name="no_such")),
      {}, ConfigError, r"unknown model 'no_such'"),
     ("records lack a round the checkpoint covers", drop_record_of_round_1, {},

@@ -17,11 +17,10 @@ from fedaug.analysis.attacks import ReconstructionResult, context_attack, recons
 from fedaug.analysis.figures import save_reconstructions
 from fedaug.analysis.probe import feature_dcor, global_model, pooled
 from fedaug.cli.privacy_cmd import guarantee
-from fedaug.config.load import parse_config, read_toml
 from fedaug.core.errors import ConfigError
 from fedaug.core.runtime import configure_process
 from fedaug.core.serialize import load_tensors
-from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.records.rundir import RunDir, stored_config
 from fedaug.engine.run import Simulation, build_simulation
 from fedaug.models.split import forward_front
 from fedaug.privacy.exposure import feature_exposure, flea_schedule, pool_schedule
@@ -51,7 +50,7 @@ def restore_run(path: str | Path, round: int | None = None) -> tuple[Simulation,
     if round is not None and round not in found:
         raise ConfigError(f"'{path}' keeps no checkpoint of round {round}; "
                           f"kept: {', '.join(map(str, sorted(found)))}")
-    cfg = parse_config(read_toml(run_dir.path / CONFIG))
+    cfg = stored_config(run_dir.path)
     configure_process(cfg.threads, cfg.deterministic)
     sim = build_simulation(cfg)
     sim.restore(load_tensors(found[round if round is not None else max(found)]))
@@ -118,7 +117,7 @@ def exposure(args: argparse.Namespace) -> int:
     summary = run_dir.read_summary()
     if summary is None:
         raise ConfigError(f"'{args.run_dir}' has no summary.json; finish the run first (fedaug resume)")
-    method = parse_config(read_toml(run_dir.path / CONFIG)).method
+    method = stored_config(run_dir.path).method
     sharing = [n for n in (method.base, *method.augs) if n in SHARING]
     if not sharing:
         print(f"fedaug: note: the run's method ({' + '.join((method.base, *method.augs))}) passes no client's "

@@ -37,15 +37,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def main(args: argparse.Namespace) -> int:
     from fedaug.cli.saved import Saved
-    from fedaug.config.load import parse_config, read_toml
     from fedaug.core.errors import CheckpointError, RunStopped
     from fedaug.core.runtime import configure_process
-    from fedaug.engine.records.rundir import CONFIG, RunDir
+    from fedaug.engine.records.rundir import RunDir, stored_config
     from fedaug.engine.run import resume_experiment
     from fedaug.report.deadline import STOPPED_STATUS, Deadline, now, parse_time_limit
 
     deadline = Deadline.until(now() + parse_time_limit(args.time_limit)) if args.time_limit else None
-    cfg = parse_config(read_toml(RunDir.open(args.run_dir).path / CONFIG))
+    cfg = stored_config(RunDir.open(args.run_dir).path)
     configure_process(cfg.threads, cfg.deterministic)
     if args.from_round is not None and args.from_round < 0:
         raise CheckpointError(f"--from-round must be a round >= 0, got {args.from_round}")

@@ -30,11 +30,10 @@ class Saved:
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> "Saved":
         """Read ``path`` (its ``config.toml``, checkpoints and summary); nothing is loaded or locked."""
-        from fedaug.config.load import parse_config, read_toml
-        from fedaug.engine.records.rundir import CONFIG, RunDir
+        from fedaug.engine.records.rundir import RunDir, stored_config
 
         run = RunDir.open(path)
-        cfg = parse_config(read_toml(run.path / CONFIG))
+        cfg = stored_config(run.path)
         kept = tuple(r for r, _ in run.checkpoints())
         return cls(run.path, kept, cfg.train.rounds, cfg.checkpoint_every,
                    kept[-1:] == (cfg.train.rounds,) and run.read_summary() is not None)

@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
 
-from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig, run_name, validate, with_legacy
+from fedaug.config.schema import RunConfig, run_name, validate
 from fedaug.core.cluster import ray_target
 from fedaug.core.device import resolve_device
 from fedaug.core.errors import ConfigError
@@ -31,7 +30,7 @@ from fedaug.engine.fleet.ray import RayFleet
 from fedaug.engine.fleet.tasks import WorkerDied
 from fedaug.engine.records.installation import installation
 from fedaug.engine.records.progress import Progress, RoundUpdate, announce, plural
-from fedaug.engine.records.rundir import CONFIG, RunDir
+from fedaug.engine.records.rundir import RunDir, stored_config
 from fedaug.engine.records.tracking import Tracker, check_tracking
 from fedaug.engine.server.loop import Federation, Server
 from fedaug.methods.component import State
@@ -277,7 +276,7 @@ def ready_to_resume(run_dir: RunDir, *, device: str | None = None, recipe: Recip
     built) and restored from the checkpoint (newest, or ``from_round``'s), whose rounds
     ``metrics.jsonl`` must record; unless ``quiet``, the run's first progress line (:func:`heading`) on
     stderr before the data loads. Arguments and errors as :func:`resume_experiment`'s."""
-    stored = parse_config(with_legacy(read_toml(run_dir.path / CONFIG)))
+    stored = stored_config(run_dir.path)
     payload = run_dir.load_latest() if from_round is None else run_dir.load_round(from_round)
     cfg = check_resume(stored, payload["config"] if payload is not None else None, str(run_dir.path))
     for key, value in (("workers", workers), ("fleet", fleet), ("device", device)):

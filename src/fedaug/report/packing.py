@@ -25,15 +25,15 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from fedaug.config.load import parse_config, read_toml
-from fedaug.config.schema import RunConfig, with_legacy
+from fedaug.config.load import parse_config
+from fedaug.config.schema import RunConfig
 from fedaug.core.errors import FedaugError
 from fedaug.core.runtime import torch_threads
 from fedaug.engine.client.step import in_step, step_blockers
 from fedaug.engine.execution import captures, step_parts
 from fedaug.engine.fleet.packed import Pack, PackSlot
 from fedaug.engine.records.progress import RoundUpdate
-from fedaug.engine.records.rundir import CONFIG, SUMMARY
+from fedaug.engine.records.rundir import SUMMARY, stored_config
 from fedaug.methods.recorded import pin
 from fedaug.report.deadline import Deadline, RoundWatch
 from fedaug.report.runner import Cell, CellOutcome, Report, Unit, claim, compute, find_run, settle
@@ -121,7 +121,7 @@ def training_config(cell: Cell) -> RunConfig | None:
     if run is not None and (run / SUMMARY).is_file() or run is None and cell.reuse is not None:
         return None
     try:
-        return parse_config(with_legacy(read_toml(run / CONFIG))) if run is not None else parse_config(cell.raw)
+        return stored_config(run) if run is not None else parse_config(cell.raw)
     except (FedaugError, OSError, ValueError):
         return None
 

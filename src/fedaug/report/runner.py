@@ -55,7 +55,7 @@ from fedaug.core.errors import ConfigError, FedaugError, RunStopped
 from fedaug.core.runtime import available_cores, configure_process, torch_threads
 from fedaug.core.serialize import atomic_write_json
 from fedaug.engine.records.progress import RoundUpdate
-from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir
+from fedaug.engine.records.rundir import CONFIG, SUMMARY, RunDir, stored_config
 from fedaug.engine.fleet.inprocess import Trainer
 from fedaug.engine.execution import compared
 from fedaug.engine.run import resume_experiment, run_experiment
@@ -380,7 +380,7 @@ def compute(cell: Cell, where: Path, note: Callable[[str], None],
     note("start")
     try:
         if existing is not None:
-            threads = parse_config(read_toml(existing / CONFIG)).threads  # the thread count it started with
+            threads = stored_config(existing).threads  # the thread count it started with
             with torch_threads(threads) if trainer is None else nullcontext():
                 _, run = resume_experiment(str(existing), quiet=True, tags=cell.tags, on_round=on_round, stop=stop,
                                            trainer=trainer)

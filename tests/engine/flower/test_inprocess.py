@@ -10,11 +10,14 @@ pytest.importorskip("flwr", reason="the Flower adapter's tests need the flower e
 
 from flwr.app import ArrayRecord  # noqa: E402
 
+from fedaug.config.load import dump_toml, load_config, read_toml  # noqa: E402
 from fedaug.core.errors import FedaugError  # noqa: E402
+from fedaug.core.serialize import load_tensors, save_tensors  # noqa: E402
 from fedaug.engine.protocol import METERS  # noqa: E402
 from fedaug.engine.flower.codec import PART  # noqa: E402
 from fedaug.engine.flower.client_app import make_client_app  # noqa: E402
 from fedaug.engine.flower.inprocess import partition_configs, run_in_process  # noqa: E402
+from fedaug.engine.records.rundir import RunDir  # noqa: E402
 from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.engine.flower.conftest import METHODS, records  # noqa: E402
 
@@ -29,6 +32,36 @@ def test_flower_path_gives_the_in_process_engines_numbers(tmp_cfg, method):
         assert got[key] == expected[key], key
     if method == "flea":  # the post-aggregation query went over Flower messages and was counted
         assert all(r["after_aggregate"]["up"]["flea"] > 0 for r in records(got["run_dir"]))
+
+
+def test_a_run_from_before_the_auto_defaults_resumes_over_flower_from_an_app_of_its_config_toml(tmp_cfg):
+    """A run written before train.cuda_graph and data.on_device became "auto" holds neither in its config.toml nor
+    in its checkpoints (it ran with false). An app written from that config.toml (``fedaug flower app
+    PATH/config.toml``) reads them as "auto", which on this CPU is the experiment of false: the run resumes, to the
+    numbers of the run not interrupted."""
+    cfg = tmp_cfg("fedfa", rounds=3)
+    full = run_in_process(cfg, 3)
+    part = RunDir(full["run_dir"])
+    for _, ckpt in part.checkpoints()[1:]:
+        ckpt.unlink()
+    stored = read_toml(part.path / "config.toml")
+    del stored["train"]["cuda_graph"], stored["data"]["on_device"]
+    (part.path / "config.toml").write_text(dump_toml(stored))
+    for _, ckpt in part.checkpoints():
+        payload = load_tensors(ckpt)
+        del payload["config"]["train"]["cuda_graph"], payload["config"]["data"]["on_device"]
+        save_tensors(ckpt, payload)
+    want = records(part.path)
+    other, _ = load_config(str(part.path / "config.toml"), ["train.lr=0.5"], [])
+    with pytest.raises(FedaugError, match=r"was made with another config than this Flower app's \(train\.lr: 0\.05 -> "
+                                          r"0\.5\); resume it with an app written from its config\.toml"):
+        run_in_process(other, 3, resume_dir=str(part.path))
+    assert records(part.path) == want  # nothing written
+    app_cfg, _ = load_config(str(part.path / "config.toml"), [], [])
+    assert app_cfg.train.cuda_graph == "auto"
+    again = run_in_process(app_cfg, 3, resume_dir=str(part.path))
+    assert again["rounds"] == 3 and records(part.path) == want
+    assert (again["final"], again["best"]) == (full["final"], full["best"])
 
 
 def test_per_client_state_lives_in_context_state(tmp_cfg):

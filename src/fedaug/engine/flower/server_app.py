@@ -22,7 +22,6 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from fedaug.config.load import parse_config, read_toml
 from fedaug.core.device import CPU, resolve_device, to_device
 from fedaug.core.errors import CheckpointError, FedaugError
 from fedaug.core.payload import Message as Parts
@@ -34,8 +33,8 @@ from fedaug.engine.flower.settings import FlowerSettings
 from fedaug.engine.client.worker import build_worker_model
 from fedaug.engine.records.installation import installation
 from fedaug.engine.records.progress import Progress
-from fedaug.engine.records.rundir import CONFIG, RunDir
-from fedaug.engine.server.loop import Federation, Server
+from fedaug.engine.records.rundir import RunDir, stored_config
+from fedaug.engine.server.loop import Federation, Server, config_differences
 from fedaug.methods.component import Phase, State
 from fedaug.methods.recipe import build_recipe
 from fedaug.methods.recorded import pin
@@ -279,9 +278,11 @@ def resume(server: Server, run_dir: RunDir) -> None:
             SuperNodes, is in no checkpoint, and a new Flower run starts without it.
     """
     path = run_dir.path
-    if pin(parse_config(read_toml(run_dir.path / CONFIG))) != server.cfg:
-        raise CheckpointError(f"the run in '{path}' was made with another config than this Flower app's; resume it "
-                              "with an app written from its config.toml (fedaug flower app PATH/config.toml)")
+    moved = config_differences(pin(stored_config(path)), server.cfg)
+    if moved:
+        raise CheckpointError(f"the run in '{path}' was made with another config than this Flower app's "
+                              f"({'; '.join(moved)}); resume it with an app written from its config.toml (fedaug "
+                              "flower app PATH/config.toml)")
     kept = [r["round"] for r in run_dir.rounds() if r.get("client_state", {}).get("total_bytes")]
     if kept:
         raise CheckpointError(

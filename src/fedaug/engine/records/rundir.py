@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fedaug.config.load import dump_toml
-from fedaug.config.schema import RunConfig, run_name
+from fedaug.config.load import dump_toml, parse_config, read_toml
+from fedaug.config.schema import RunConfig, run_name, with_legacy
 from fedaug.core.errors import CheckpointError, FedaugError, RunStopped, StorageError
 from fedaug.core.serialize import (atomic_write_json, atomic_write_text, load_tensors, remove_temporaries,
                                    save_tensors, to_json)
@@ -39,6 +39,17 @@ _CKPT = re.compile(r"round_(\d{6})\.pt$")
 #: the layout version of a checkpoint (:meth:`fedaug.engine.server.loop.Server.checkpoint`) and the keys it holds
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_KEYS = ("format", "round", "config", "server", "clients", "best", "last_eval", "comm_total")
+
+
+def stored_config(run: Path) -> RunConfig:
+    """The config of the run directory ``run`` as the run ran: its ``config.toml``, each key whose default became
+    ``"auto"`` that it lacks set to its legacy value (:func:`~fedaug.config.schema.with_legacy`).
+
+    Raises:
+        ConfigError: the file is not a valid config.
+        OSError: it cannot be read.
+    """
+    return parse_config(with_legacy(read_toml(Path(run) / CONFIG)))
 
 
 def checkpoint_problem(payload: object) -> str | None:

@@ -12,6 +12,7 @@ code, so the same config and seed give the same numbers on either (DESIGN.md inv
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import time
@@ -24,7 +25,7 @@ from typing import Any
 from torch import nn
 
 from fedaug.config.load import flatten, parse_config
-from fedaug.config.schema import RunConfig, learning_rate, with_legacy
+from fedaug.config.schema import RunConfig, choice_text, learning_rate, with_legacy
 from fedaug.core.device import CPU, environment, module_device, to_device
 from fedaug.core.errors import (AggregationError, CheckpointError, ConfigError, FedaugError, PayloadError,
                                 RunStopped)
@@ -33,6 +34,7 @@ from fedaug.core.rng import generator
 from fedaug.core.runtime import deterministic_algorithms
 from fedaug.data.base import FederatedData
 from fedaug.engine.client.attack import check_attack
+from fedaug.engine.execution import compared
 from fedaug.engine.server.evaluation import meters_of, meters_spec, summarize_eval
 from fedaug.engine.server.exchange import PhaseResult, exchange
 from fedaug.engine.server.finetune import finetune_senders
@@ -57,10 +59,32 @@ RESUME_ENVIRONMENT = ("device", "cpu", "cpu_capability", "threads")
 PLACEMENT = ("device", "workers", "devices", "fleet", "ray", "data.on_device")
 
 
-def _experiment(cfg: RunConfig) -> dict[str, Any]:
-    """``cfg`` as a flat dict without :data:`PLACEMENT`: what a checkpoint's config must equal to be restored."""
-    return {k: v for k, v in flatten(cfg.to_dict()).items()
+def _experiment(cfg: RunConfig, here: RunConfig) -> dict[str, Any]:
+    """``cfg`` as a flat dict without :data:`PLACEMENT`, ``train.cuda_graph`` as the execution it resolves to on this
+    machine with ``here``'s placement (:func:`~fedaug.engine.execution.compared`): what a checkpoint's config must
+    equal to be restored."""
+    placed = dataclasses.replace(cfg, **{k: getattr(here, k) for k in PLACEMENT if "." not in k})
+    return {k: v for k, v in {**flatten(cfg.to_dict()), **compared(placed)}.items()
             if not any(k == p or k.startswith(f"{p}.") for p in PLACEMENT)}
+
+
+def config_differences(stored: RunConfig, cfg: RunConfig) -> list[str]:
+    """The keys in which ``cfg`` is another experiment than ``stored`` (a run's config, read with
+    :func:`~fedaug.engine.records.rundir.stored_config` or :func:`~fedaug.config.schema.with_legacy`), each as
+    ``key: stored's value -> cfg's``: every key but :data:`PLACEMENT`, ``train.cuda_graph`` compared by the execution
+    it resolves to where ``cfg`` places the clients on this machine (so that ``"auto"`` and ``false`` are one
+    experiment where they compute on a CPU, and a run captured on CUDA continues eagerly on a CPU, as a checkpoint
+    moved to another device does: :meth:`Server.restore` warns).
+
+    Raises:
+        FedaugError: as :func:`~fedaug.engine.execution.captures`.
+    """
+    a, b = _experiment(stored, cfg), _experiment(cfg, cfg)
+    steps = {True: "captured steps", False: "eager steps"}
+    shown = {"train.cuda_graph": lambda c, v: f"{choice_text(c.train.cuda_graph)} ({steps[v]})"}
+    return [f"{k}: {shown[k](stored, a.get(k)) if k in shown else repr(a.get(k))} -> "
+            f"{shown[k](cfg, b.get(k)) if k in shown else repr(b.get(k))}"
+            for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
 @dataclass(frozen=True)
@@ -359,11 +383,12 @@ class Server:
         if problem:
             raise CheckpointError(f"not a fedaug checkpoint: {problem}")
         try:  # parsed: keys added since (with their defaults) do not make a config different
-            same = _experiment(parse_config(with_legacy(payload["config"]))) == _experiment(self.cfg)
+            moved = config_differences(parse_config(with_legacy(payload["config"])), self.cfg)
         except (ConfigError, TypeError, AttributeError):
-            same = False
-        if not same:
-            raise CheckpointError("the checkpoint was written by a different config; resume with the run's own config.toml")
+            moved = ["(its config cannot be read)"]
+        if moved:
+            raise CheckpointError(f"the checkpoint was written by a different config ({'; '.join(moved)}); resume "
+                                  "with the run's own config.toml")
         saved = payload["server"]
         layout = {n: sorted(st) for n, st in self.server.items()}
         if {n: sorted(st) for n, st in saved.items()} != layout:
