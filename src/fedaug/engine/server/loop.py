@@ -385,7 +385,7 @@ class Server:
         try:  # parsed: keys added since (with their defaults) do not make a config different
             moved = config_differences(parse_config(with_legacy(payload["config"])), self.cfg)
         except (ConfigError, TypeError, AttributeError):
-            moved = ["(its config cannot be read)"]
+            moved = ["its config cannot be read"]
         if moved:
             raise CheckpointError(f"the checkpoint was written by a different config ({'; '.join(moved)}); resume "
                                   "with the run's own config.toml")
