@@ -45,6 +45,21 @@ def test_local_prints_the_trial_commands_in_order(cfg_file, tmp_path, capsys):
     assert 'root-certificates = "' in (tmp_path / "trial" / "cli" / "config.toml").read_text()
 
 
+def test_local_prints_a_clear_trial_without_certificates_or_keys(cfg_file, tmp_path, capsys):
+    """The trial the users start with: the same commands, in the clear (what the loopback deployment of
+    tests/engine/flower/test_deployment.py runs with TLS and authentication)."""
+    assert main(["flower", "local", str(cfg_file), "--dir", str(tmp_path / "trial")]) == 0
+    lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    programs = [next(w for w in words if "=" not in w) for words in lines]
+    assert programs == ["flower-superlink", "flower-supernode", "flower-supernode", "flwr"]
+    link, nodes = lines[0], lines[1:3]
+    assert "--insecure" in link and not {"--enable-supernode-auth", "--ssl-certfile"} & set(link)
+    assert all("--insecure" in node and "--root-certificates" not in node and "--auth-supernode-private-key" not in node
+               for node in nodes)
+    assert "insecure = true" in (tmp_path / "trial" / "cli" / "config.toml").read_text()
+    assert not (tmp_path / "trial" / "certs").exists() and not (tmp_path / "trial" / "keys").exists()
+
+
 def test_run_in_process_prints_the_engines_summary(cfg_file, capsys):
     assert main(["flower", "run", str(cfg_file), "-q", "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)

@@ -1,7 +1,7 @@
 """A real Flower deployment on loopback: a SuperLink and SuperNodes started here, rounds run with ``flwr
-run``, every process stopped afterwards; once in the clear (FedFA under the median over three SuperNodes, one
-of them attacking), once with TLS (a trial CA) and SuperNode authentication. Slow (each message starts a
-ClientApp process that imports torch)."""
+run``, every process stopped afterwards: FedFA under the median over three SuperNodes, one of them attacking,
+with TLS (a trial CA) and SuperNode authentication. Slow (each message starts a ClientApp process that imports
+torch)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fedaug.engine.flower.local import Command, LoopbackTrial, free_port, runnin
 from fedaug.engine.flower.tls import SuperNodeKeys, write_supernode_keys  # noqa: E402
 from fedaug.engine.run import run_experiment  # noqa: E402
 from tests.conftest import tiny_raw  # noqa: E402
-from tests.engine.flower.conftest import flower_cfg, records  # noqa: E402
+from tests.engine.flower.conftest import records  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -66,27 +66,20 @@ def in_process_records(cfg, tmp_path):
     return records(run_dir.path)
 
 
-def test_loopback_deployment_of_fedfa_with_an_attacking_supernode_gives_the_in_process_numbers(tmp_path):
-    """Two rounds of FedFA (its statistics travel beside the weights) under the median, over three SuperNodes;
+def test_loopback_deployment_with_tls_authentication_and_an_attacking_supernode_gives_the_in_process_numbers(tmp_path):
+    """Two rounds of FedFA (its statistics travel beside the weights) under the median, over three SuperNodes, with
+    TLS (a trial CA) and SuperNode authentication (a SuperNode whose key was never registered is turned away);
     ``[attack]`` travels in the run config, so the SuperNode of partition 2 scales its update by 100 by itself
     (update screening off: nothing is rejected), and the median keeps the run going. Evaluated after the last
-    round only."""
+    round only. (The clear trial's commands differ only in their flags: tests/cli/test_flower_cmd.py.)"""
     raw = tiny_raw(rounds=2, local_steps=2)
     raw.update(out_dir=str(tmp_path / "runs"), method={"base": "median", "augs": ["fedfa"]}, trust={"screen": "off"},
                attack={"kind": "scale", "clients": [2], "scale": 100.0}, eval={"every": 2})
     cfg = validate(raw)
-    got = records(run_trial(tmp_path, cfg, 3))
+    got = records(run_trial(tmp_path, cfg, 3, tls=True, auth=True))
     assert [r["round"] for r in got] == [1, 2] and "eval" not in got[0] and "eval" in got[1]
     assert all(r["attack"] == {"kind": "scale", "clients": [2]} and r["rejected"] == [] and r["dropped"] == []
                for r in got)
     assert got == in_process_records(cfg, tmp_path)
-
-
-def test_loopback_deployment_with_tls_and_supernode_authentication(tmp_path):
-    """One round of FedFA on two SuperNodes (the deployment above shows a second round's messages travel as well)."""
-    cfg = flower_cfg(tmp_path / "runs", "fedfa", num_clients=2, rounds=1)
-    got = records(run_trial(tmp_path, cfg, 2, tls=True, auth=True))
-    assert [r["round"] for r in got] == [1] and got[0]["dropped"] == [] and "eval" in got[0]
-    assert got == in_process_records(cfg, tmp_path)
     assert (tmp_path / "certs" / "ca.crt").is_file()
-    assert "registered successfully" in (tmp_path / "register-0.log").read_text()
+    assert all("registered successfully" in (tmp_path / f"register-{k}.log").read_text() for k in range(3))

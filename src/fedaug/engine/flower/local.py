@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,9 +170,9 @@ class LoopbackTrial:
             link = self.superlink()
             procs.append(self.spawn(link))
             self._wait_listening(link, self.link_port, procs[0], startup_s)
-            if self.auth:
-                for k in range(self.num_nodes):
-                    self.call(self.register(k), timeout=startup_s)
+            if self.auth:  # the registrations at once (each a CLI process of a few seconds)
+                with ThreadPoolExecutor(self.num_nodes) as pool:
+                    list(pool.map(lambda k: self.call(self.register(k), timeout=startup_s), range(self.num_nodes)))
             nodes = [self.supernode(k) for k in range(self.num_nodes)]
             procs += [self.spawn(node) for node in nodes]
             for node, port, proc in zip(nodes, self.node_ports, procs[1:]):
