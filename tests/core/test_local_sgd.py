@@ -3,6 +3,10 @@ fallbacks."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -194,3 +198,38 @@ def test_zero_grad_sets_the_gradients_to_none_or_zero():
     assert torch.equal(p.grad, torch.zeros(3))
     opt.zero_grad()
     assert p.grad is None
+
+
+@pytest.mark.usefixtures("local_sgd_library")
+def test_the_probe_compares_with_torchs_own_arithmetic(monkeypatch):
+    """The probe's reference is torch's SGD step: where it computed anything else (here: one float32 ulp more on
+    every value), the library would disagree with it and not be used."""
+    raw = local_sgd._SGD_STEP
+
+    def off_by_an_ulp(opt):
+        raw(opt)
+        for p in opt.param_groups[0]["params"]:
+            p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+
+    monkeypatch.setattr(local_sgd, "_SGD_STEP", off_by_an_ulp)
+    assert not local_sgd.agrees()
+
+
+@pytest.mark.parametrize("library", ["built", "not built"])
+def test_a_process_that_trains_with_sgd_on_the_cpu_never_imports_torch_dynamo(library, local_sgd_library, tmp_path):
+    """torch.optim imports torch._dynamo (3-5 CPU-seconds) at a process's first optimiser, for the graph breaks a
+    compiled caller needs; LocalSGD builds and steps without it, with the library and with torch's step, so a run,
+    a worker or a Flower ClientApp (one process per message) starts without that cost."""
+    code = (
+        "import sys\n"
+        "from fedaug.core import local_sgd\n"
+        f"if {library == 'not built'!r}: local_sgd._STATE['step'] = None\n"
+        "from fedaug.config.schema import validate\n"
+        "from fedaug.engine.run import run_experiment\n"
+        "from tests.conftest import tiny_raw\n"
+        f"raw = tiny_raw(rounds=2); raw['out_dir'] = {str(tmp_path)!r}\n"
+        "run_experiment(validate(raw), quiet=True)\n"
+        "print(local_sgd.loaded() is not None, 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2]).stdout.split()
+    assert out == [str(library == "built"), "False"]

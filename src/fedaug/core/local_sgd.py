@@ -21,9 +21,11 @@ step runs.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.optim.optimizer as _optimizer
@@ -69,20 +71,21 @@ def agrees() -> bool:
     """Whether :class:`LocalSGD`'s compiled step gives :class:`torch.optim.SGD`'s bits here: three steps
     (the first writes the momentum buffers) of seeded parameters and gradients over many magnitudes, in
     tensors of 1, 7, 16, 33 and 1,000 values (whole vectors and tails), with weight decay and momentum,
-    each without the other, and neither."""
+    each without the other, and neither (torch's: :func:`_torch_step`)."""
     g = torch.Generator().manual_seed(0)
     sizes = (1, 7, 16, 33, 1000)
     for weight_decay, momentum in ((5e-4, 0.9), (0.0, 0.9), (1e-2, 0.0), (0.0, 0.0)):
         ours = [torch.randn(n, generator=g) * 10.0 ** torch.randint(-4, 4, (n,), generator=g) for n in sizes]
         theirs = [t.clone() for t in ours]
         options = {"lr": 0.05, "momentum": momentum, "weight_decay": weight_decay}
-        optimizers = LocalSGD(ours, **options), torch.optim.SGD(theirs, **options)
+        optimizers = LocalSGD(ours, **options), LocalSGD(theirs, **options)
+        steps = (optimizers[0].step, lambda: _torch_step(optimizers[1]))  # torch's own step on the second
         for _ in range(3):
             grads = [torch.randn(n, generator=g) * 10.0 ** torch.randint(-4, 4, (n,), generator=g) for n in sizes]
-            for params, opt in zip((ours, theirs), optimizers):
+            for params, step in zip((ours, theirs), steps):
                 for p, grad in zip(params, grads):
                     p.grad = grad.clone()
-                opt.step()
+                step()
         if not all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(ours, theirs)):
             return False
     return True
@@ -160,6 +163,12 @@ class LocalSGD(torch.optim.SGD):
         torch._C._autograd._unsafe_set_version_counter(written, [t._version + 1 for t in written])
         return loss
 
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's own ``add_param_group`` (its checks and defaults), without the wrapper that keeps a compiled
+        caller from tracing it by importing ``torch._dynamo`` at a process's first optimiser: 3-5 CPU-seconds of
+        the start of every run, worker process and Flower ClientApp (one per message) that trains with SGD."""
+        _ADD_PARAM_GROUP(self, param_group)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         if not set_to_none:
             super().zero_grad(set_to_none)
@@ -171,10 +180,20 @@ class LocalSGD(torch.optim.SGD):
 
 def _torch_step(opt: LocalSGD) -> None:
     """``torch.optim.SGD``'s own step of ``opt``, without the hooks and profiler range that torch's wrapper
-    adds to that class once an SGD optimiser exists (:meth:`LocalSGD.step` ran them where they apply)."""
-    step = torch.optim.SGD.step
-    (step.__wrapped__ if getattr(step, "hooked", False) else step)(opt)  # type: ignore[attr-defined]
+    adds to that class once an SGD optimiser exists (:meth:`LocalSGD.step` ran them where they apply): its body
+    in the grad mode its wrapper sets, and under ``torch.compile`` the wrapped step itself (whose graph breaks,
+    which import ``torch._dynamo``, only a compiled caller needs)."""
+    if torch.compiler.is_compiling():
+        step = torch.optim.SGD.step
+        (step.__wrapped__ if getattr(step, "hooked", False) else step)(opt)  # type: ignore[attr-defined]
+        return
+    with torch.set_grad_enabled(opt.defaults["differentiable"]):
+        _SGD_STEP(opt)
 
+
+#: torch's ``Optimizer.add_param_group`` and ``SGD.step`` without their wrappers (hooks, profiler range, the grad
+#: mode and the graph breaks for a compiled caller), which import ``torch._dynamo`` when first called
+_ADD_PARAM_GROUP, _SGD_STEP = inspect.unwrap(torch.optim.Optimizer.add_param_group), inspect.unwrap(torch.optim.SGD.step)
 
 #: torch's step wrapper (its hooks and profiler range) around :meth:`LocalSGD._step`
 _HOOKED_STEP = torch.optim.Optimizer.profile_hook_step(LocalSGD._step)
