@@ -204,22 +204,24 @@ def test_zero_grad_sets_the_gradients_to_none_or_zero():
 def test_the_probe_compares_with_torchs_own_arithmetic(monkeypatch):
     """The probe's reference is torch's SGD step: where it computed anything else (here: one float32 ulp more on
     every value), the library would disagree with it and not be used."""
-    raw = local_sgd._SGD_STEP
+    raw = local_sgd.torch_step
 
     def off_by_an_ulp(opt):
         raw(opt)
-        for p in opt.param_groups[0]["params"]:
-            p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+        with torch.no_grad():
+            for p in opt.param_groups[0]["params"]:
+                p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
 
-    monkeypatch.setattr(local_sgd, "_SGD_STEP", off_by_an_ulp)
+    monkeypatch.setattr(local_sgd, "torch_step", off_by_an_ulp)
     assert not local_sgd.agrees()
 
 
 @pytest.mark.parametrize("library", ["built", "not built"])
-def test_a_process_that_trains_with_sgd_on_the_cpu_never_imports_torch_dynamo(library, local_sgd_library, tmp_path):
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_process_that_trains_on_the_cpu_never_imports_torch_dynamo(library, optimizer, local_sgd_library, tmp_path):
     """torch.optim imports torch._dynamo (3-5 CPU-seconds) at a process's first optimiser, for the graph breaks a
-    compiled caller needs; LocalSGD builds and steps without it, with the library and with torch's step, so a run,
-    a worker or a Flower ClientApp (one process per message) starts without that cost."""
+    compiled caller needs; LocalSGD (with the library and with torch's step) and LocalAdam build and step without
+    it, so a run, a worker or a Flower ClientApp (one process per message) starts without that cost."""
     code = (
         "import sys\n"
         "from fedaug.core import local_sgd\n"
@@ -227,7 +229,7 @@ def test_a_process_that_trains_with_sgd_on_the_cpu_never_imports_torch_dynamo(li
         "from fedaug.config.schema import validate\n"
         "from fedaug.engine.run import run_experiment\n"
         "from tests.conftest import tiny_raw\n"
-        f"raw = tiny_raw(rounds=2); raw['out_dir'] = {str(tmp_path)!r}\n"
+        f"raw = tiny_raw(rounds=2, optimizer={optimizer!r}); raw['out_dir'] = {str(tmp_path)!r}\n"
         "run_experiment(validate(raw), quiet=True)\n"
         "print(local_sgd.loaded() is not None, 'torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

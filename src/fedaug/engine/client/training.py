@@ -19,6 +19,7 @@ from torch.autograd import graph as _autograd_graph
 from fedaug.config.schema import TrainConfig
 from fedaug.core.device import autocast, grad_scaler
 from fedaug.core.errors import ConfigError
+from fedaug.core.eager_optim import LocalAdam
 from fedaug.core.local_sgd import LocalSGD
 from fedaug.core.payload import Message, host_values
 from fedaug.core.rng import scoped_global_seed
@@ -43,13 +44,15 @@ def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig, lr: float) -> t
     (torch's SGD, stepped in one compiled pass where that library is built: the same bits). On CUDA, Adam
     is capturable in every execution (its step count and bias corrections on the device, in float32), so
     that eager, grouped and captured steps compute the same arithmetic (SGD's step is capturable as it
-    is); elsewhere torch's default (the step count on the host, the bias corrections in float64)."""
+    is); elsewhere torch's default (the step count on the host, the bias corrections in float64), as
+    :class:`~fedaug.core.eager_optim.LocalAdam` (torch's Adam without its import of ``torch._dynamo``)."""
     if cfg.optimizer == "sgd":
         sgd = LocalSGD if not params or params[0].is_cpu else torch.optim.SGD
         return sgd(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
         capturable = bool(params) and params[0].device.type == "cuda"
-        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay, capturable=capturable)
+        adam = torch.optim.Adam if capturable else LocalAdam
+        return adam(params, lr=lr, weight_decay=cfg.weight_decay, capturable=capturable)
     raise ConfigError(f"unknown train.optimizer '{cfg.optimizer}'; choose sgd or adam")
 
 

@@ -207,9 +207,8 @@ class ProcessFleet(StatesHere):
 def _context() -> multiprocessing.context.BaseContext:
     """Fork server where there is one (Linux): its children start with torch and fedaug imported, in
     a process that never ran an op (no thread pool, no CUDA to inherit), and torch._dynamo too, which
-    torch.optim imports at a process's first optimizer other than the CPU's SGD (Adam; SGD on CUDA: about 3
-    CPU-seconds per worker otherwise; :class:`~fedaug.core.local_sgd.LocalSGD` does without it); spawn
-    elsewhere (macOS)."""
+    torch.optim imports at a process's first optimizer on CUDA (about 3 CPU-seconds per worker otherwise; the
+    CPU's, :class:`~fedaug.core.eager_optim.EagerOptimizer`, do without it); spawn elsewhere (macOS)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
