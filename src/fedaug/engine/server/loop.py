@@ -80,10 +80,13 @@ def config_differences(stored: RunConfig, cfg: RunConfig) -> list[str]:
         FedaugError: as :func:`~fedaug.engine.execution.captures`.
     """
     a, b = _experiment(stored, cfg), _experiment(cfg, cfg)
-    steps = {True: "captured steps", False: "eager steps"}
-    shown = {"train.cuda_graph": lambda c, v: f"{choice_text(c.train.cuda_graph)} ({steps[v]})"}
-    return [f"{k}: {shown[k](stored, a.get(k)) if k in shown else repr(a.get(k))} -> "
-            f"{shown[k](cfg, b.get(k)) if k in shown else repr(b.get(k))}"
+
+    def shown(c: RunConfig, flat: dict[str, Any], key: str) -> str:
+        if key == "train.cuda_graph":  # the setting and the steps it gives here
+            return f"{choice_text(c.train.cuda_graph)} ({'captured' if flat[key] else 'eager'} steps)"
+        return repr(flat.get(key))
+
+    return [f"{k}: {shown(stored, a, k)} -> {shown(cfg, b, k)}"
             for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
