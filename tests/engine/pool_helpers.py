@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -75,3 +76,9 @@ class StallOnce(Component):
         with os.fdopen(fd, "w") as f:
             f.write(str(ctx.client_id))
         time.sleep(self.seconds)
+
+
+def exit_with_dynamo_imported() -> None:
+    """Exits 1 where ``torch._dynamo`` is imported in this process, else 0: in a fork server's child, whether the
+    server's preload imported it."""
+    sys.exit(int("torch._dynamo" in sys.modules))

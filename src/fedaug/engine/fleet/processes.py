@@ -141,7 +141,7 @@ class ProcessFleet(StatesHere):
     def _start(self) -> list[_Process]:
         if self._pool:
             return self._pool
-        ctx = _context()
+        ctx = _context(self._devices)
         for k in range(self.cfg.workers):
             device = self._devices[k % len(self._devices)]
             ours, theirs = ctx.Pipe()
@@ -204,15 +204,18 @@ class ProcessFleet(StatesHere):
         return reply_on(got.reply, self.device)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context(devices: Sequence[str]) -> multiprocessing.context.BaseContext:
     """Fork server where there is one (Linux): its children start with torch and fedaug imported, in
-    a process that never ran an op (no thread pool, no CUDA to inherit), and torch._dynamo too, which
-    torch.optim imports at a process's first optimizer on CUDA (about 3 CPU-seconds per worker otherwise; the
-    CPU's, :class:`~fedaug.core.eager_optim.EagerOptimizer`, do without it); spawn elsewhere (macOS)."""
+    a process that never ran an op (no thread pool, no CUDA to inherit); for workers on CUDA ``devices``
+    torch._dynamo too, which torch.optim imports at a process's first optimizer on CUDA (about 3 CPU-seconds per
+    worker otherwise; the CPU's optimisers, :class:`~fedaug.core.eager_optim.EagerOptimizer`, do without it, so a
+    CPU fleet's fork server starts that much sooner). The preload applies when a process starts its fork server,
+    at its first fleet. Spawn elsewhere (macOS)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "torch._dynamo"])
+    cuda = any(torch.device(d).type == "cuda" for d in devices)
+    ctx.set_forkserver_preload([__name__, "torch._dynamo"] if cuda else [__name__])
     return ctx
 
 
