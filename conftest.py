@@ -7,14 +7,11 @@ from __future__ import annotations
 import importlib.util
 import os
 
-# Every test runs at the config's default of two torch threads (tests/conftest.py: the recorded numbers depend on the
-# thread count), and `make test` runs two pytest-xdist processes on CI's two cores: four OpenMP threads on two cores.
-# At libgomp's default wait policy a thread that reaches a barrier first spins for up to 300,000 iterations before it
-# sleeps, spinning on the core its partner (or the other process's thread) needs: tests/engine took 776 s on two
-# cores, 387 s with waiting threads asleep at once (PASSIVE; docs/engine.md, "Sharing the cores"). The policy changes
-# when a thread waits, never how work is split, so every number stays bit for bit. libgomp reads it when torch loads
-# it: here, before the first `import torch` of the session and of each xdist process (which inherit this environment),
-# and of every process a test starts.
+# Two pytest-xdist processes of two torch threads each (tests/conftest.py: the recorded numbers are at two) share
+# CI's two cores; at libgomp's default a waiting thread spins on the core another needs. PASSIVE sleeps instead:
+# when a thread waits changes, not how work is split, so every number stays bit for bit (docs/engine.md, "Sharing
+# the cores", has the figures). libgomp reads it as torch loads: set before the session's first `import torch`;
+# the xdist processes and every process a test starts inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
