@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaug.core.eager_optim import LocalAdam
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator, scoped_global_seed
 
@@ -103,7 +104,7 @@ def reconstruction_attack(f_aux: Tensor, x_aux: Tensor, f_test: Tensor, x_test: 
                           "same number of spatial dims for the conv decoder; split at a convolutional stage")
     with scoped_global_seed(seed, "reconstruction"):
         dec = FeatureDecoder(f_aux.shape[1], x_aux.shape[1], x_aux.shape[2:])
-    opt = torch.optim.Adam(dec.parameters(), lr=lr)
+    opt = LocalAdam(dec.parameters(), lr=lr)
     g = generator(seed, "reconstruction", "shuffle")
     history = []
     for _ in range(epochs):
@@ -127,7 +128,7 @@ def _probe_accuracy(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Te
     a, b = (train_x - mu) / sd, (test_x - mu) / sd
     with scoped_global_seed(seed, "context-probe"):
         probe = nn.Linear(a.shape[1], 1)
-    opt = torch.optim.Adam(probe.parameters(), lr=1e-2, weight_decay=1e-4)
+    opt = LocalAdam(probe.parameters(), lr=1e-2, weight_decay=1e-4)
     for _ in range(steps):
         loss = F.binary_cross_entropy_with_logits(probe(a).squeeze(1), train_y.float())
         opt.zero_grad()

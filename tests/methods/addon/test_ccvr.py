@@ -3,6 +3,10 @@ calibrated head is used for evaluation, identically for every client."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +14,7 @@ import torch
 from fedaug.core.errors import ConfigError
 from fedaug.core.rng import generator
 from fedaug.methods.aug.norm import Normalize
+from fedaug.methods.addon import ccvr as ccvr_module
 from fedaug.methods.addon.ccvr import CCVR, class_statistics, merge_statistics, sample_gaussian
 from fedaug.methods.component import ClientCtx, Uplink
 from fedaug.methods.base.fedavg import FedAvg
@@ -96,6 +101,33 @@ def test_reused_calibration_equals_a_fresh_one_and_follows_its_inputs():
     shifted = {**server, "mean": server["mean"] + 1.0}
     assert torch.equal(_calibrated(ccvr, shifted, head, 0), _calibrated(CCVR(**options), shifted, head, 0))
     assert not torch.equal(_calibrated(ccvr, shifted, head, 0), first)
+
+
+def test_the_head_is_fitted_with_torchs_sgd_arithmetic_without_importing_torch_dynamo(monkeypatch, tmp_path):
+    """The head's SGD is :class:`~fedaug.core.local_sgd.LocalSGD`: bit for bit the head torch.optim.SGD fits
+    from the same draws, and a process that calibrates (a whole CCVR run here) never imports torch._dynamo,
+    which torch.optim.SGD would (4-6 CPU-seconds of every CCVR process, docs/engine.md)."""
+    g = torch.Generator().manual_seed(1)
+    z, y = torch.randn(60, 2, generator=g), torch.arange(60) % 2
+    options = {"num_virtual": 40, "epochs": 4, "lr": 0.1, "batch_size": 16}
+    stats = dict(zip(("mean", "cov", "count"), class_statistics(z, y, 2)))
+    server = CCVR(**options).aggregate(CCVR(**options).init_server(Linear2(), 1), [Uplink(0, 1, stats)])
+    head = {"head.weight": torch.tensor([[0.5, -1.0], [0.2, 0.3]]), "head.bias": torch.tensor([0.1, -0.4])}
+    ours = _calibrated(CCVR(**options), server, head, 0)
+    monkeypatch.setattr(ccvr_module, "LocalSGD", torch.optim.SGD)
+    assert torch.equal(ours, _calibrated(CCVR(**options), server, head, 0))
+    assert not torch.equal(ours, torch.cat([head["head.weight"].flatten(), head["head.bias"]]))
+    code = ("import sys\n"
+            "from fedaug.config.schema import validate\n"
+            "from fedaug.engine.run import run_experiment\n"
+            "from tests.conftest import tiny_raw\n"
+            f"raw = tiny_raw(rounds=2); raw['out_dir'] = {str(tmp_path)!r}\n"
+            "raw['method'] = {'base': 'fedavg', 'augs': ['ccvr']}\n"
+            "run_experiment(validate(raw), quiet=True)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[3]).stdout.split()
+    assert out == ["False"]
 
 
 def test_options_are_checked():

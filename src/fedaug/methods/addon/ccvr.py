@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedaug.core.local_sgd import LocalSGD
 from fedaug.core.payload import Part, Spec, TensorSpec
 from fedaug.core.rng import generator
 from fedaug.methods._common import classifier_head, feature_tap, label_counts
@@ -166,7 +167,7 @@ class CCVR(Component):
         y = classes.repeat_interleave(self.num_virtual)
         params = [p.detach().clone().requires_grad_(True) for p in current]
         with torch.enable_grad():
-            opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9)
+            opt = LocalSGD(params, lr=self.lr, momentum=0.9)  # torch's SGD, without its torch._dynamo import
             for _ in range(self.epochs):
                 for idx in torch.randperm(len(y), generator=g, device=g.device).split(self.batch_size):
                     opt.zero_grad()
