@@ -7,6 +7,9 @@ fails leaves its pack and the others go on; a group whose batched steps raise is
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +70,20 @@ def test_runs_that_differ_in_a_free_method_option_pack():
     for cfg, run in zip(cfgs, got):
         assert_close_trees(run, records(build_simulation(cfg), 3), METHODS["fedavg"][3])
     assert got[0][-1]["train"]["loss"] != got[1][-1]["train"]["loss"]
+
+
+def test_a_pack_at_several_rates_trains_on_the_cpu_without_importing_torch_dynamo():
+    """StackedSGD (a pack whose runs differ in learning rate) is an EagerOptimizer: like the clients' own
+    optimisers on the CPU, it never imports torch._dynamo (4-6 CPU-seconds of a process, docs/engine.md)."""
+    code = ("import sys\n"
+            "from tests.engine.test_packed import config, packed_records, with_train\n"
+            "base = config('fedavg', 1)\n"
+            "got = packed_records([base, with_train(base, lr=0.02)], rounds=1)\n"
+            "assert not [r for r in got if isinstance(r, BaseException)], got\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2]).stdout.split()
+    assert out == ["False"]
 
 
 def test_stacked_sgd_steps_each_client_as_torch_sgd_does_at_its_own_rate():

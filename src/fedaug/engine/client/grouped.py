@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from fedaug.config.schema import TrainConfig
+from fedaug.core.eager_optim import EagerOptimizer
 from fedaug.core.payload import Message, host_values
 from fedaug.core.rng import scoped_global_seed
 from fedaug.engine.protocol import Reply
@@ -151,7 +152,7 @@ def _layout(state: State) -> tuple[Any, ...]:
                   (tuple(v.shape), v.dtype) if isinstance(v, Tensor) else type(v)) for k, v in state.items())
 
 
-class StackedSGD(torch.optim.Optimizer):
+class StackedSGD(EagerOptimizer):
     """SGD (``torch.optim.SGD``'s rule: weight decay added to the gradient, momentum without dampening) over
     parameters stacked along dim 0, each client ``g`` of the stack with its own learning rate ``lr[g]`` and
     weight decay ``weight_decay[g]``: for clients of several runs trained as one group (a pack).
@@ -161,6 +162,8 @@ class StackedSGD(torch.optim.Optimizer):
         lr: ``(G,)`` learning rates, on the parameters' device.
         weight_decay: ``(G,)`` weight decays, on the parameters' device.
         momentum: the clients' one momentum.
+
+    An :class:`~fedaug.core.eager_optim.EagerOptimizer`: built and stepped without importing ``torch._dynamo``.
     """
 
     def __init__(self, params: list[Tensor], lr: Tensor, weight_decay: Tensor, momentum: float) -> None:
@@ -168,7 +171,7 @@ class StackedSGD(torch.optim.Optimizer):
                                   "decays": bool((weight_decay != 0).any())})
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+    def _step(self, closure: Any = None) -> None:
         """One step of every client: ``d = grad + wd * p``, ``b = momentum * b + d`` (``b = d`` first),
         ``p -= lr * b`` (``d`` without momentum), each client's rate and decay broadcast over its slice."""
         for group in self.param_groups:
