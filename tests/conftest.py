@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,14 @@ def tiny_raw(**train: Any) -> dict[str, Any]:
 
 #: values no number option accepts
 NON_FINITE = (math.nan, math.inf, -math.inf)
+
+
+def imports_torch_dynamo(code: str) -> bool:
+    """Whether ``code``, run in a fresh Python process from the repository root, leaves ``torch._dynamo``
+    imported (which torch's optimisers do, 4-6 CPU-seconds of a process: docs/engine.md)."""
+    out = subprocess.run([sys.executable, "-c", f"{code}\nimport sys; print('torch._dynamo' in sys.modules)"],
+                         capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]).stdout.split()
+    return out[-1] == "True"
 
 
 def numeric_options(fn: Callable[..., Any], *, fractional: bool) -> list[str]:

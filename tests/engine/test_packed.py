@@ -7,9 +7,6 @@ fails leaves its pack and the others go on; a group whose batched steps raise is
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +19,7 @@ from fedaug.engine.run import build_simulation
 from fedaug.engine.client.grouped import StackedSGD
 from fedaug.methods.base.fedavg import FedAvg
 from fedaug.methods.recipe import Recipe
+from tests.conftest import imports_torch_dynamo
 from tests.engine.test_grouped import METHODS, assert_close_trees, config, records
 
 #: the methods the issue names (FedFA on both CPU paths)
@@ -75,15 +73,11 @@ def test_runs_that_differ_in_a_free_method_option_pack():
 def test_a_pack_at_several_rates_trains_on_the_cpu_without_importing_torch_dynamo():
     """StackedSGD (a pack whose runs differ in learning rate) is an EagerOptimizer: like the clients' own
     optimisers on the CPU, it never imports torch._dynamo (4-6 CPU-seconds of a process, docs/engine.md)."""
-    code = ("import sys\n"
-            "from tests.engine.test_packed import config, packed_records, with_train\n"
-            "base = config('fedavg', 1)\n"
-            "got = packed_records([base, with_train(base, lr=0.02)], rounds=1)\n"
-            "assert not [r for r in got if isinstance(r, BaseException)], got\n"
-            "print('torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[2]).stdout.split()
-    assert out == ["False"]
+    assert not imports_torch_dynamo(
+        "from tests.engine.test_packed import config, packed_records, with_train\n"
+        "base = config('fedavg', 1)\n"
+        "got = packed_records([base, with_train(base, lr=0.02)], rounds=1)\n"
+        "assert not [r for r in got if isinstance(r, BaseException)], got")
 
 
 def test_stacked_sgd_steps_each_client_as_torch_sgd_does_at_its_own_rate():
