@@ -3,15 +3,12 @@ fallbacks."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from fedaug.core import local_sgd
 from fedaug.core.local_sgd import LocalSGD
+from tests.conftest import imports_torch_dynamo
 
 #: sizes with and without a tail past whole 8- and 16-float vectors, and one spread over two threads
 SIZES = [(1,), (7,), (16,), (33,), (40, 25), (300, 500)]
@@ -222,8 +219,7 @@ def test_a_process_that_trains_on_the_cpu_never_imports_torch_dynamo(library, op
     """torch.optim imports torch._dynamo (3-5 CPU-seconds) at a process's first optimiser, for the graph breaks a
     compiled caller needs; LocalSGD (with the library and with torch's step) and LocalAdam build and step without
     it, so a run, a worker or a Flower ClientApp (one process per message) starts without that cost."""
-    code = (
-        "import sys\n"
+    assert not imports_torch_dynamo(
         "from fedaug.core import local_sgd\n"
         f"if {library == 'not built'!r}: local_sgd._STATE['step'] = None\n"
         "from fedaug.config.schema import validate\n"
@@ -231,7 +227,4 @@ def test_a_process_that_trains_on_the_cpu_never_imports_torch_dynamo(library, op
         "from tests.conftest import tiny_raw\n"
         f"raw = tiny_raw(rounds=2, optimizer={optimizer!r}); raw['out_dir'] = {str(tmp_path)!r}\n"
         "run_experiment(validate(raw), quiet=True)\n"
-        "print(local_sgd.loaded() is not None, 'torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[2]).stdout.split()
-    assert out == [str(library == "built"), "False"]
+        f"assert (local_sgd.loaded() is not None) == {library == 'built'!r}")
